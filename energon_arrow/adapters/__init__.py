@@ -1,0 +1,28 @@
+"""Storage adapters: every byte energon-arrow reads or writes goes through `Storage`."""
+
+from energon_arrow.adapters.errors import (
+    AccessDenied,
+    InvalidStorageOptions,
+    NotFound,
+    NotLocal,
+    StorageError,
+    TransientError,
+    UnsupportedScheme,
+)
+from energon_arrow.adapters.retry import NO_RETRY, RetryPolicy
+from energon_arrow.adapters.storage import FileInfo, Storage, open_storage
+
+__all__ = [
+    "AccessDenied",
+    "FileInfo",
+    "InvalidStorageOptions",
+    "NO_RETRY",
+    "NotFound",
+    "NotLocal",
+    "RetryPolicy",
+    "Storage",
+    "StorageError",
+    "TransientError",
+    "UnsupportedScheme",
+    "open_storage",
+]

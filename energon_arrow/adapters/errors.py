@@ -1,0 +1,124 @@
+"""Storage error types and the classification of backend exceptions into permanent and transient ones."""
+
+from __future__ import annotations
+
+import errno
+
+
+class StorageError(OSError):
+    """An I/O failure on a storage URL. The message always names the URL (never credentials)."""
+
+    def __init__(self, url: str, message: str):
+        super().__init__(f"{url}: {message}")
+        self.url = url
+        self.reason = message
+
+
+class NotFound(StorageError, FileNotFoundError):
+    """The object, file or bucket does not exist."""
+
+
+class AccessDenied(StorageError, PermissionError):
+    """The store refused access (403 / EACCES)."""
+
+
+class UnsupportedScheme(StorageError, ValueError):
+    """The URL uses a protocol energon-arrow does not support."""
+
+
+class InvalidStorageOptions(StorageError, ValueError):
+    """Storage options are malformed or unknown to the backend."""
+
+
+class TransientError(StorageError):
+    """A failure that may succeed when retried (connection reset, 500, 503 SlowDown)."""
+
+
+class NotLocal(StorageError, ValueError):
+    """An operation that needs a local file (memory mapping) was asked of a remote one."""
+
+
+_TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT}
+_TRANSIENT_CODES = {
+    "500",
+    "502",
+    "503",
+    "504",
+    "SlowDown",
+    "InternalError",
+    "ServiceUnavailable",
+    "RequestTimeout",
+}
+_DENIED_CODES = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
+_MISSING_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The S3 error code of a botocore ClientError found anywhere in the exception chain."""
+    seen = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        response = getattr(cur, "response", None)
+        if isinstance(response, dict):
+            err = response.get("Error", {})
+            code = err.get("Code")
+            if code:
+                return str(code)
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status:
+                return str(status)
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _is_transient_network(exc: BaseException) -> bool:
+    names = {type(e).__name__ for e in _chain(exc)}
+    network = {
+        "ConnectionResetError",
+        "ConnectionAbortedError",
+        "ServerDisconnectedError",
+        "ClientOSError",
+        "ClientPayloadError",
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "IncompleteReadError",
+        "ResponseStreamingError",
+        "TimeoutError",
+    }
+    if names & network:
+        return True
+    return any(isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS for e in _chain(exc))
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def classify(exc: BaseException, url: str) -> StorageError:
+    """Map any backend exception to a StorageError subclass that names `url` (already redacted)."""
+    if isinstance(exc, StorageError):
+        return exc
+    code = _error_code(exc)
+    detail = _describe(exc)
+    if isinstance(exc, FileNotFoundError) or code in _MISSING_CODES:
+        return NotFound(url, f"not found ({detail})")
+    if isinstance(exc, PermissionError) or code in _DENIED_CODES:
+        return AccessDenied(url, f"permission denied ({detail})")
+    if code in _TRANSIENT_CODES or _is_transient_network(exc):
+        return TransientError(url, f"transient storage error ({detail})")
+    if isinstance(exc, IsADirectoryError):
+        return StorageError(url, f"is a directory ({detail})")
+    return StorageError(url, detail)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text

@@ -1,0 +1,119 @@
+"""Storage options: validation per backend and keeping credentials out of reprs, logs and pickles."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from energon_arrow.adapters.errors import InvalidStorageOptions
+
+SECRET_KEYS = frozenset(
+    {"key", "secret", "token", "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "password"}
+)
+
+# Explicit credentials stay in this process; pickled storages carry only a handle to them. Forked workers
+# inherit the table; a spawned process falls back to the standard AWS environment/profile.
+_SECRETS: dict[str, dict[str, Any]] = {}
+_SECRETS_LOCK = threading.Lock()
+
+
+def split_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    public, secret = {}, {}
+    for k, v in options.items():
+        (secret if k in SECRET_KEYS else public)[k] = v
+    for k, v in list(public.get("client_kwargs", {}).items()):
+        if k in SECRET_KEYS:
+            secret.setdefault("client_kwargs", {})[k] = v
+            public["client_kwargs"] = {kk: vv for kk, vv in public["client_kwargs"].items() if kk != k}
+    return public, secret
+
+
+def stash_secrets(secret: dict[str, Any]) -> str | None:
+    if not secret:
+        return None
+    handle = uuid.uuid4().hex
+    with _SECRETS_LOCK:
+        _SECRETS[handle] = secret
+    return handle
+
+
+def recall_secrets(handle: str | None) -> dict[str, Any]:
+    if handle is None:
+        return {}
+    with _SECRETS_LOCK:
+        return dict(_SECRETS.get(handle, {}))
+
+
+def merge_options(public: Mapping[str, Any], secret: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(public)
+    for k, v in secret.items():
+        if k == "client_kwargs":
+            out["client_kwargs"] = {**out.get("client_kwargs", {}), **v}
+        else:
+            out[k] = v
+    return out
+
+
+def normalise_s3_options(options: Mapping[str, Any], url: str) -> dict[str, Any]:
+    """Accept boto-style names too (aws_access_key_id, region_name) and check the rest against s3fs."""
+    import s3fs
+
+    if not isinstance(options, Mapping):
+        raise InvalidStorageOptions(url, f"storage options must be a mapping, got {type(options).__name__}")
+    out = dict(options)
+    renames = {"aws_access_key_id": "key", "aws_secret_access_key": "secret", "aws_session_token": "token"}
+    for src, dst in renames.items():
+        if src in out:
+            out[dst] = out.pop(src)
+    for k in ("region_name", "region"):
+        if k in out:
+            out.setdefault("client_kwargs", {})["region_name"] = out.pop(k)
+    endpoint = out.get("endpoint_url")
+    if endpoint is not None and (not isinstance(endpoint, str) or "://" not in endpoint):
+        raise InvalidStorageOptions(
+            url, f"endpoint_url must be a URL like http://host:port, got {endpoint!r}"
+        )
+    if "client_kwargs" in out and not isinstance(out["client_kwargs"], Mapping):
+        raise InvalidStorageOptions(url, "client_kwargs must be a mapping")
+    allowed = _accepted_kwargs(s3fs.S3FileSystem)
+    unknown = sorted(set(out) - allowed)
+    if unknown:
+        raise InvalidStorageOptions(url, f"unknown S3 storage option(s) {unknown}; known: {sorted(allowed)}")
+    return out
+
+
+def check_options_known(cls, options: Mapping[str, Any], url: str) -> None:
+    if not isinstance(options, Mapping):
+        raise InvalidStorageOptions(url, f"storage options must be a mapping, got {type(options).__name__}")
+    allowed = _accepted_kwargs(cls)
+    if allowed is None:
+        return
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise InvalidStorageOptions(url, f"unknown storage option(s) {unknown} for {cls.__name__}")
+
+
+def _accepted_kwargs(cls) -> set[str] | None:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                continue
+            if p.name != "self":
+                names.add(p.name)
+    # fsspec's AbstractFileSystem accepts these through **storage_options
+    names |= {
+        "skip_instance_cache",
+        "use_listings_cache",
+        "listings_expiry_time",
+        "max_paths",
+        "asynchronous",
+        "loop",
+    }
+    return names

@@ -1,0 +1,426 @@
+"""`Storage`: the one I/O interface of energon-arrow, over fsspec (local, memory, S3 and other fsspec protocols)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from energon_arrow.adapters import options as opts
+from energon_arrow.adapters.errors import (
+    NotFound,
+    NotLocal,
+    StorageError,
+    TransientError,
+    UnsupportedScheme,
+    classify,
+)
+from energon_arrow.adapters.ranges import coalesce_ranges, split_fetched
+from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
+from energon_arrow.adapters.stream import PrefetchReader
+from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What a store says about one file. `path` is relative to the storage root."""
+
+    path: str
+    size: int
+    mtime: float | None = None
+    etag: str | None = None
+
+    @property
+    def identity(self) -> str:
+        """A string that changes when the file's content (probably) changed: size plus ETag or mtime."""
+        return f"{self.size}:{self.etag or ''}:{'' if self.mtime is None else repr(float(self.mtime))}"
+
+
+class Storage:
+    """A storage root (local folder, `memory://x`, `s3://bucket/prefix`) and relative-path I/O under it.
+
+    All methods take POSIX paths relative to the root. Errors are StorageError subclasses naming the URL;
+    transient failures are retried per `retry`. Credentials never appear in repr, errors or pickles.
+    """
+
+    # coalescing knobs: ranges closer than `gap` are fetched together; one fetch is at most `max_fetch`
+    range_gap = 64 * 1024
+    max_fetch = 32 * 1024 * 1024
+
+    def __init__(
+        self, url, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None
+    ):
+        self._parsed = parse_url(url)
+        self.retry = retry or RetryPolicy()
+        raw = dict(storage_options or {})
+        self._public, secret = opts.split_secrets(self._validate(raw))
+        self._secret_handle = opts.stash_secrets(secret)
+        self._fs = None
+        self._fs_pid = None
+        _ = self.fs  # construct now so that bad options fail at open time
+
+    # ---- construction -------------------------------------------------------------------------------------
+    def _validate(self, raw: dict[str, Any]) -> dict[str, Any]:
+        p = self._parsed
+        if p.protocol == "s3":
+            if not p.path:
+                raise StorageError(self.url, "an S3 URL needs a bucket: s3://bucket/prefix")
+            return opts.normalise_s3_options(raw, self.url)
+        cls = self._fs_class()
+        opts.check_options_known(cls, raw, self.url)
+        return raw
+
+    def _fs_class(self):
+        import fsspec
+
+        try:
+            return fsspec.get_filesystem_class(self._parsed.protocol)
+        except ValueError:
+            raise UnsupportedScheme(
+                self.url,
+                f"unknown URL scheme {self._parsed.protocol!r} (supported: local paths, file://, s3://, memory://)",
+            ) from None
+        except ImportError as exc:
+            raise UnsupportedScheme(
+                self.url, f"scheme {self._parsed.protocol!r} needs an extra package: {exc}"
+            ) from None
+
+    @property
+    def fs(self):
+        """The fsspec filesystem (rebuilt after fork: async clients must not cross processes)."""
+        pid = os.getpid()
+        if self._fs is None or self._fs_pid != pid:
+            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+            try:
+                self._fs = self._fs_class()(skip_instance_cache=self._fs_pid is not None, **options)
+            except StorageError:
+                raise
+            except Exception as exc:
+                raise opts.InvalidStorageOptions(self.url, f"cannot create filesystem: {exc}") from None
+            self._fs_pid = pid
+        return self._fs
+
+    def __getstate__(self):
+        return {
+            "url": self._parsed.url(),
+            "public": self._public,
+            "credentials_handle": self._secret_handle,
+            "retry": self.retry,
+        }
+
+    def __setstate__(self, state):
+        self._parsed = parse_url(state["url"])
+        self._public = state["public"]
+        self._secret_handle = state["credentials_handle"]
+        self.retry = state["retry"]
+        self._fs = None
+        self._fs_pid = None
+
+    def __repr__(self):
+        endpoint = self._public.get("endpoint_url")
+        return f"Storage({self.url!r}{f', endpoint_url={endpoint!r}' if endpoint else ''})"
+
+    def __eq__(self, other):
+        return isinstance(other, Storage) and self.__getstate__() == other.__getstate__()
+
+    def __hash__(self):
+        return hash((self.url, self._secret_handle))
+
+    # ---- naming -------------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self._parsed.url()
+
+    @property
+    def protocol(self) -> str:
+        return self._parsed.protocol
+
+    @property
+    def is_local(self) -> bool:
+        return self._parsed.is_local
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """Options including credentials, for handing to other fsspec-aware libraries in this process."""
+        return opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+
+    def url_of(self, rel: str = "") -> str:
+        return (
+            self._parsed.url()
+            if not rel
+            else (join_path(self.url, rel) if not self.is_local else os.path.join(self._parsed.path, rel))
+        )
+
+    def path_of(self, rel: str = "") -> str:
+        """The backend path (what fsspec methods take) for a relative path."""
+        return join_path(self._parsed.path, rel)
+
+    def local_path(self, rel: str = "") -> str:
+        if not self.is_local:
+            raise NotLocal(self.url_of(rel), "not a local file")
+        return self.path_of(rel)
+
+    def child(self, rel: str) -> Storage:
+        """A Storage rooted at `rel` below this one, sharing options and credentials."""
+        new = object.__new__(Storage)
+        new.__setstate__({**self.__getstate__(), "url": self.url_of(rel)})
+        return new
+
+    def _call(self, rel: str, fn):
+        return call_with_retries(fn, self.url_of(rel), self.retry)
+
+    # ---- metadata -----------------------------------------------------------------------------------------
+    def exists(self, rel: str = "") -> bool:
+        return self._call(rel, lambda: self.fs.exists(self.path_of(rel)))
+
+    def isdir(self, rel: str = "") -> bool:
+        return self._call(rel, lambda: self.fs.isdir(self.path_of(rel)))
+
+    def stat(self, rel: str) -> FileInfo:
+        if self.is_local:
+            path = self.path_of(rel)
+            try:
+                st = os.stat(path)
+            except OSError as exc:
+                raise classify(exc, self.url_of(rel)) from None
+            return FileInfo(rel, st.st_size, st.st_mtime, None)
+        info = self._call(rel, lambda: self.fs.info(self.path_of(rel)))
+        if info.get("type") == "directory":
+            raise StorageError(self.url_of(rel), "is a directory, expected a file")
+        return self._file_info(rel, info)
+
+    @staticmethod
+    def _file_info(rel: str, info: Mapping[str, Any]) -> FileInfo:
+        mtime = info.get("mtime", info.get("LastModified", info.get("created")))
+        if hasattr(mtime, "timestamp"):
+            mtime = mtime.timestamp()
+        etag = info.get("ETag") or info.get("etag")
+        return FileInfo(
+            rel,
+            int(info.get("size") or 0),
+            None if mtime is None else float(mtime),
+            None if etag is None else str(etag).strip('"'),
+        )
+
+    def scan(self, pattern: str = "**/*") -> list[FileInfo]:
+        """All files under the root whose relative path matches `pattern` (`**` spans directories), sorted."""
+        regex = glob_to_regex(pattern)
+        root = self.path_of("").rstrip("/")
+        if self.is_local:
+            return self._scan_local(root, regex)
+        try:
+            found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))
+        except NotFound:
+            return []
+        out = []
+        for path, info in found.items():
+            rel = path[len(root) :].lstrip("/") if path.startswith(root) else path
+            if regex.match(rel) and info.get("type", "file") != "directory":
+                out.append(self._file_info(rel, info))
+        return sorted(out, key=lambda f: f.path)
+
+    def _scan_local(self, root: str, regex) -> list[FileInfo]:
+        out = []
+        if not os.path.isdir(root):
+            if os.path.exists(root):
+                raise StorageError(self.url, "is a file, expected a folder")
+            raise NotFound(self.url, "folder not found")
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            base = os.path.relpath(dirpath, root)
+            for name in filenames:
+                rel = name if base == "." else f"{base}/{name}".replace(os.sep, "/")
+                if regex.match(rel):
+                    st = os.stat(os.path.join(dirpath, name))
+                    out.append(FileInfo(rel, st.st_size, st.st_mtime, None))
+        return sorted(out, key=lambda f: f.path)
+
+    def list_files(self, pattern: str = "**/*") -> list[str]:
+        return [f.path for f in self.scan(pattern)]
+
+    # ---- reads --------------------------------------------------------------------------------------------
+    def read_bytes(self, rel: str) -> bytes:
+        if self.is_local:
+            try:
+                with open(self.path_of(rel), "rb") as f:
+                    return f.read()
+            except OSError as exc:
+                raise classify(exc, self.url_of(rel)) from None
+        return self._call(rel, lambda: self.fs.cat_file(self.path_of(rel)))
+
+    def read_text(self, rel: str, encoding: str = "utf-8") -> str:
+        data = self.read_bytes(rel)
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise StorageError(self.url_of(rel), f"not valid {encoding} at byte offset {exc.start}") from None
+
+    def read_range(self, rel: str, offset: int, size: int) -> bytes:
+        """Exactly `size` bytes at `offset`; EOFError-class StorageError if the file is shorter."""
+        if size == 0:
+            return b""
+        if self.is_local:
+            try:
+                fd = os.open(self.path_of(rel), os.O_RDONLY)
+                try:
+                    data = os.pread(fd, size, offset)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise classify(exc, self.url_of(rel)) from None
+        else:
+            path = self.path_of(rel)
+            data = self._call(rel, lambda: self.fs.cat_file(path, start=offset, end=offset + size))
+        if len(data) != size:
+            raise StorageError(
+                self.url_of(rel), f"short read: wanted {size} bytes at offset {offset}, got {len(data)}"
+            )
+        return data
+
+    def read_ranges(self, rels: str | Sequence[str], offsets, sizes) -> list[memoryview]:
+        """Many ranges at once, results in request order. Nearby ranges of a file are coalesced into one
+        fetch; remote fetches run concurrently. `rels` is one path for all ranges, or one path per range."""
+        offsets = np.asarray(offsets, np.int64)
+        sizes = np.asarray(sizes, np.int64)
+        n = offsets.size
+        if isinstance(rels, str):
+            return self._read_ranges_one(rels, offsets, sizes)
+        if len(rels) != n:
+            raise ValueError(f"read_ranges: {len(rels)} paths for {n} ranges")
+        out: list[memoryview | None] = [None] * n
+        names, inverse = np.unique(np.asarray(rels, dtype=object), return_inverse=True)
+        if not self.is_local and len(names) > 1:
+            return self._read_ranges_multi(list(names), inverse, offsets, sizes)
+        for k, name in enumerate(names):
+            idx = np.flatnonzero(inverse == k)
+            for i, view in zip(idx.tolist(), self._read_ranges_one(name, offsets[idx], sizes[idx])):
+                out[i] = view
+        return out  # type: ignore[return-value]
+
+    def _read_ranges_one(self, rel: str, offsets, sizes) -> list[memoryview]:
+        plan = coalesce_ranges(offsets, sizes, self.range_gap, self.max_fetch)
+        fetched = self._fetch_groups([rel] * plan.starts.size, plan.starts, plan.ends)
+        return split_fetched(fetched, plan, sizes)
+
+    def _read_ranges_multi(self, names, inverse, offsets, sizes) -> list[memoryview]:
+        plans, fetch_rels, fetch_starts, fetch_ends, base = [], [], [], [], []
+        for k, name in enumerate(names):
+            idx = np.flatnonzero(inverse == k)
+            plan = coalesce_ranges(offsets[idx], sizes[idx], self.range_gap, self.max_fetch)
+            plans.append((idx, plan))
+            base.append(len(fetch_rels))
+            fetch_rels += [name] * plan.starts.size
+            fetch_starts.append(plan.starts)
+            fetch_ends.append(plan.ends)
+        fetched = self._fetch_groups(fetch_rels, np.concatenate(fetch_starts), np.concatenate(fetch_ends))
+        out: list[memoryview | None] = [None] * offsets.size
+        for (idx, plan), b in zip(plans, base):
+            views = split_fetched(fetched[b : b + plan.starts.size], plan, sizes[idx])
+            for i, v in zip(idx.tolist(), views):
+                out[i] = v
+        return out  # type: ignore[return-value]
+
+    def _fetch_groups(self, rels: list[str], starts, ends) -> list[bytes]:
+        if self.is_local:
+            return [
+                self.read_range(r, int(s), int(e - s))
+                for r, s, e in zip(rels, starts.tolist(), ends.tolist())
+            ]
+        results: list[Any] = [None] * len(rels)
+        pending = list(range(len(rels)))
+        for attempt in range(self.retry.attempts):
+            paths = [self.path_of(rels[i]) for i in pending]
+            got = self.fs.cat_ranges(
+                paths, [int(starts[i]) for i in pending], [int(ends[i]) for i in pending], on_error="return"
+            )
+            failed = []
+            for i, value in zip(pending, got):
+                if isinstance(value, BaseException):
+                    err = classify(value, self.url_of(rels[i]))
+                    if not isinstance(err, TransientError) or attempt + 1 == self.retry.attempts:
+                        raise err from value
+                    failed.append(i)
+                else:
+                    results[i] = value
+            if not failed:
+                break
+            pending = failed
+            time.sleep(self.retry.delay(attempt))
+        for i, data in enumerate(results):
+            want = int(ends[i] - starts[i])
+            if len(data) != want:
+                raise StorageError(
+                    self.url_of(rels[i]),
+                    f"short read: wanted {want} bytes at offset {int(starts[i])}, got {len(data)}",
+                )
+        return results
+
+    def open_stream(self, rel: str, block_size: int = 8 * 1024 * 1024, depth: int = 4):
+        """A forward-only binary reader. Local: a buffered file. Remote: `depth` blocks fetched ahead."""
+        if self.is_local:
+            try:
+                return open(self.path_of(rel), "rb", buffering=block_size)
+            except OSError as exc:
+                raise classify(exc, self.url_of(rel)) from None
+        size = self.stat(rel).size
+        return PrefetchReader(
+            lambda off, n: self.read_range(rel, off, n), size, block_size, depth, self.url_of(rel)
+        )
+
+    def iter_chunks(self, rel: str, block_size: int = 8 * 1024 * 1024) -> Iterator[bytes]:
+        with self.open_stream(rel, block_size) as f:
+            while chunk := f.read(block_size):
+                yield chunk
+
+    def mmap(self, rel: str, dtype=np.uint8, offset: int = 0, count: int = -1) -> np.ndarray:
+        """A read-only, zero-copy numpy view of a local file (empty array for an empty file)."""
+        path = self.local_path(rel)
+        dtype = np.dtype(dtype)
+        try:
+            size = os.path.getsize(path)
+        except OSError as exc:
+            raise classify(exc, self.url_of(rel)) from None
+        avail = (size - offset) // dtype.itemsize
+        if count < 0:
+            count = avail
+        if offset > size or count > avail:
+            raise StorageError(
+                self.url_of(rel), f"mmap of {count} x {dtype} at offset {offset} beyond size {size}"
+            )
+        if count == 0:
+            return np.empty(0, dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,))
+
+    # ---- writes -------------------------------------------------------------------------------------------
+    def makedirs(self, rel: str = "") -> None:
+        self._call(rel, lambda: self.fs.makedirs(self.path_of(rel), exist_ok=True))
+
+    def remove(self, rel: str, recursive: bool = False) -> None:
+        self._call(rel, lambda: self.fs.rm(self.path_of(rel), recursive=recursive))
+
+    def write_atomic(self, rel: str, data: bytes | str) -> None:
+        """Publish one small file: readers see the old content or the new, never a partial file."""
+        from energon_arrow.adapters.publish import write_atomic
+
+        write_atomic(self, rel, data.encode() if isinstance(data, str) else data)
+
+    def publish_folder(
+        self, rel_dir: str, files: Mapping[str, bytes | os.PathLike], keep_existing: bool = True
+    ):
+        """Replace the files of a folder as one set (see adapters.publish)."""
+        from energon_arrow.adapters.publish import publish_folder
+
+        publish_folder(self, rel_dir, files, keep_existing=keep_existing)
+
+
+def open_storage(
+    url, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None
+) -> Storage:
+    """Open a storage root from a URL (`/path`, `file:///path`, `s3://bucket/prefix`, `memory://name`)."""
+    if isinstance(url, Storage):
+        return url
+    return Storage(url, storage_options, retry)

@@ -1,0 +1,89 @@
+"""Parsing storage URLs into (protocol, root) and globbing relative paths."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+LOCAL_PROTOCOLS = ("file", "local")
+
+
+@dataclass(frozen=True)
+class ParsedUrl:
+    protocol: str  # "file", "s3", "memory", ...
+    path: str  # the backend path: absolute local path, "bucket/prefix", "/memory/path"
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+    def url(self) -> str:
+        if self.is_local:
+            return self.path
+        return (
+            f"{self.protocol}://{self.path.lstrip('/')}"
+            if self.protocol != "memory"
+            else f"memory://{self.path}"
+        )
+
+
+def parse_url(url: str | os.PathLike) -> ParsedUrl:
+    """Split a URL or local path. Plain paths and file:// are local; others keep their scheme."""
+    text = os.fspath(url)
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", text)
+    if not m:
+        return ParsedUrl("file", os.path.abspath(os.path.expanduser(text)))
+    scheme, rest = m.group(1).lower(), m.group(2)
+    if scheme in LOCAL_PROTOCOLS:
+        return ParsedUrl("file", os.path.abspath(rest or "/"))
+    if scheme in ("s3", "s3a"):
+        return ParsedUrl("s3", rest.strip("/"))
+    if scheme == "memory":
+        return ParsedUrl("memory", "/" + rest.strip("/"))
+    return ParsedUrl(scheme, rest.rstrip("/"))
+
+
+def join_path(base: str, rel: str) -> str:
+    """Join a backend root path and a relative POSIX path."""
+    rel = rel.lstrip("/")
+    if not rel:
+        return base
+    if not base:
+        return rel
+    return base.rstrip("/") + "/" + rel
+
+
+@lru_cache(maxsize=256)
+def glob_to_regex(pattern: str) -> re.Pattern:
+    """Translate a POSIX glob with `**` (any number of directories, including none) to a regex."""
+    i, out = 0, []
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = pattern.find("]", i + 1)
+            if j < 0:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : j].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("^" + "".join(out) + "$")

@@ -1,0 +1,1 @@
+"""The `energon-arrow` command line (one module per subcommand)."""

@@ -1,0 +1,46 @@
+"""Arrow schemas of the Parquet side indexes that prepare writes under `.nv-meta/arrow/` (docs/format.md).
+
+Row order is part of the contract: samples by (shard_id, sample_index); parts by (shard_id, sample_index,
+content_offset); shards by shard_id. shard_id is energon's tar_file_id (position in .info.json shard_counts).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SIDE_INDEX_DIR = ".nv-meta/arrow"
+SIDE_INDEX_VERSION = 1
+
+SHARDS_SCHEMA = pa.schema(
+    [
+        pa.field("shard_id", pa.int32(), nullable=False),
+        pa.field("path", pa.string(), nullable=False),  # relative to the dataset root, POSIX
+        pa.field("sample_count", pa.int64(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),  # tar size in bytes when indexed
+        pa.field("mtime", pa.float64()),  # seconds since epoch, when the store has one
+        pa.field("etag", pa.string()),  # object stores only
+        pa.field("data_end", pa.int64(), nullable=False),  # end of the last member's padded data
+    ]
+)
+
+SAMPLES_SCHEMA = pa.schema(
+    [
+        pa.field("shard_id", pa.int32(), nullable=False),
+        pa.field("sample_index", pa.int64(), nullable=False),  # position inside its shard
+        pa.field("sample_key", pa.string(), nullable=False),
+        pa.field("byte_offset", pa.int64(), nullable=False),  # first header block (PAX/GNU headers included)
+        pa.field("byte_size", pa.int64(), nullable=False),  # up to the next sample / end of data
+    ]
+)
+
+PARTS_SCHEMA = pa.schema(
+    [
+        pa.field("shard_id", pa.int32(), nullable=False),
+        pa.field("sample_index", pa.int64(), nullable=False),
+        pa.field("part_name", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("content_offset", pa.int64(), nullable=False),  # payload start (no header)
+        pa.field("content_size", pa.int64(), nullable=False),
+    ]
+)
+
+SIDE_INDEX_FILES = {"shards": SHARDS_SCHEMA, "samples": SAMPLES_SCHEMA, "parts": PARTS_SCHEMA}

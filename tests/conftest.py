@@ -1,0 +1,59 @@
+"""Shared fixtures: storage roots on local disk, in memory and on a real SeaweedFS S3 server."""
+
+from __future__ import annotations
+
+import uuid
+
+import fsspec
+import pytest
+
+from energon_arrow.adapters import open_storage
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """One real SeaweedFS server (S3 gateway) per test session on random loopback ports."""
+    from energon_arrow.testing.seaweedfs import start_seaweedfs
+
+    server = start_seaweedfs()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_root(s3_server):
+    """A fresh `s3://bucket/prefix` URL and its storage options."""
+    bucket = s3_server.create_bucket("ea-tests")
+    return f"s3://{bucket}/{uuid.uuid4().hex[:12]}", s3_server.storage_options
+
+
+@pytest.fixture
+def memory_root():
+    url = f"memory://ea-{uuid.uuid4().hex[:12]}"
+    yield url, {}
+    fs = fsspec.filesystem("memory")
+    if fs.exists(url):
+        fs.rm(url, recursive=True)
+
+
+@pytest.fixture
+def local_root(tmp_path):
+    return str(tmp_path / "root"), {}
+
+
+@pytest.fixture(params=["local", "memory", "s3"])
+def any_root(request):
+    """The same test against local disk, memory:// and SeaweedFS S3 (the shared backend suite)."""
+    if request.param == "s3":
+        request.applymarker(pytest.mark.s3)
+    return request.getfixturevalue(f"{request.param}_root")
+
+
+@pytest.fixture
+def any_storage(any_root):
+    url, options = any_root
+    storage = open_storage(url, options)
+    storage.makedirs("")
+    return storage
