@@ -1,0 +1,55 @@
+"""Options shared by subcommands: storage options for S3 and friends, JSON output."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+
+import click
+
+
+def _parse_value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_storage_options(pairs: tuple[str, ...], as_json: str | None) -> dict:
+    """Merge `--storage-options JSON` with repeated `--storage-option KEY=VALUE` (dotted keys nest)."""
+    options: dict = {}
+    if as_json:
+        try:
+            options = json.loads(as_json)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not valid JSON at char {exc.pos}: {exc.msg}", param_hint="--storage-options")
+        if not isinstance(options, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--storage-options")
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--storage-option")
+        target = options
+        *parents, leaf = key.split(".")
+        for p in parents:
+            target = target.setdefault(p, {})
+        target[leaf] = _parse_value(value)
+    return options
+
+
+def storage_options(fn: Callable) -> Callable:
+    """Add --storage-option/--storage-options; the command receives `storage_options: dict`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, storage_option_pairs=(), storage_options_json=None, **kwargs):
+        return fn(*args, storage_options=parse_storage_options(storage_option_pairs, storage_options_json), **kwargs)
+
+    wrapper = click.option(
+        "--storage-options", "storage_options_json", default=None, metavar="JSON",
+        help='Storage options as a JSON object, e.g. \'{"endpoint_url": "http://127.0.0.1:8333"}\'.',
+    )(wrapper)
+    return click.option(
+        "--storage-option", "storage_option_pairs", multiple=True, metavar="KEY=VALUE",
+        help="One storage option (repeatable): endpoint_url=http://127.0.0.1:8333, client_kwargs.region_name=x.",
+    )(wrapper)
