@@ -23,9 +23,9 @@ def parse_storage_options(pairs: tuple[str, ...], as_json: str | None) -> dict:
         try:
             options = json.loads(as_json)
         except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"not valid JSON at char {exc.pos}: {exc.msg}", param_hint="--storage-options")
+            raise click.BadParameter(f"not valid JSON at char {exc.pos}: {exc.msg}", param_hint="--storage-options") from None
         if not isinstance(options, dict):
-            raise click.BadParameter("must be a JSON object", param_hint="--storage-options")
+            raise click.BadParameter("must be a JSON object", param_hint="--storage-options") from None
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
