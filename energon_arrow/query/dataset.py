@@ -146,6 +146,51 @@ class Dataset:
             [name],
         )
 
+    # ---- part contents and auxiliary data -----------------------------------------------------------------
+    def read_parts(self, part_name: str, where: str | None = None) -> pa.Table:
+        """The payload of part `part_name` of every sample (optionally filtered by a SQL condition over the
+        `sample_parts` view): shard_id, sample_index, sample_key, content (binary). Ranges are fetched with
+        coalesced, concurrent reads; use it to pull references out of small json/txt parts."""
+        locs = self._internal(
+            "SELECT shard_id, shard_path, sample_index, sample_key, content_offset, content_size FROM sample_parts "
+            f"WHERE part_name = ? {'AND (' + where + ')' if where else ''} ORDER BY shard_id, content_offset",
+            [part_name],
+        )
+        data = (
+            self.storage.read_ranges(
+                locs.column("shard_path").to_pylist(),
+                locs.column("content_offset").to_numpy(),
+                locs.column("content_size").to_numpy(),
+            )
+            if locs.num_rows
+            else []
+        )
+        content = pa.array([bytes(d) for d in data], type=pa.binary())
+        return locs.select(["shard_id", "sample_index", "sample_key"]).append_column("content", content)
+
+    def join_aux(self, aux, refs=None, *, ref_column: str = "ref", storage_options: dict | None = None):
+        """Resolve media references against auxiliary sources (energon's `aux:`), all in one query.
+
+        `aux`: {name: prepared dataset URL | plain folder URL | Dataset} (or one of those, named "aux").
+        `refs`: None (each sample's key), a SQL query over this dataset's views, or an Arrow table / polars or
+        pandas frame; it needs a `ref_column` column and, with several sources, an `aux` column naming one.
+        Returns an AuxResolution: `.table` (refs + aux, aux_url, file, byte_offset, byte_size, kind, found),
+        `.dangling`, `.summary()`, `.report()`, `.raise_if_dangling()`."""
+        from energon_arrow.query.polylithic import open_aux, resolve_references
+
+        sources = aux if isinstance(aux, dict) else {"aux": aux}
+        opened = {name: open_aux(name, src, storage_options) for name, src in sources.items()}
+        if refs is None:
+            table = self._internal(
+                f'SELECT shard_id, sample_index, sample_key, sample_key AS "{ref_column}" FROM samples '
+                "ORDER BY shard_id, sample_index"
+            )
+        elif isinstance(refs, str):
+            table = self.sql(refs).arrow()
+        else:
+            table = pa.table(refs)
+        return resolve_references(table, opened, ref_column)
+
     def close(self) -> None:
         with self._lock:
             self._con.close()
