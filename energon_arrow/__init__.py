@@ -3,7 +3,38 @@
 __version__ = "0.1.0"
 
 
+# energon migration shims and sample types (loader), imported on first use
+_LOADER_EXPORTS = {
+    "WorkerConfig": "energon_arrow.loader.energon_api",
+    "get_train_dataset": "energon_arrow.loader.energon_api",
+    "get_val_dataset": "energon_arrow.loader.energon_api",
+    "get_loader": "energon_arrow.loader.energon_api",
+    "get_savable_loader": "energon_arrow.loader.energon_api",
+    "DefaultTaskEncoder": "energon_arrow.loader.energon_api",
+    "Cooker": "energon_arrow.samples",
+    "stateless": "energon_arrow.samples",
+    "PartDecoder": "energon_arrow.samples",
+    "Sample": "energon_arrow.samples",
+    "CaptioningSample": "energon_arrow.samples",
+    "CrudeSample": "energon_arrow.samples",
+    "ImageSample": "energon_arrow.samples",
+    "ImageClassificationSample": "energon_arrow.samples",
+    "InterleavedSample": "energon_arrow.samples",
+    "MultiChoiceVQASample": "energon_arrow.samples",
+    "OCRSample": "energon_arrow.samples",
+    "SimilarityInterleavedSample": "energon_arrow.samples",
+    "TextSample": "energon_arrow.samples",
+    "VidQASample": "energon_arrow.samples",
+    "VQASample": "energon_arrow.samples",
+    "VQAOCRSample": "energon_arrow.samples",
+}
+
+
 def __getattr__(name):
+    if name in _LOADER_EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_LOADER_EXPORTS[name]), name)
     # lazy: importing the package stays cheap; the query layer (DuckDB, pyarrow) loads on first use
     if name == "open_dataset":
         from energon_arrow.query import open_dataset

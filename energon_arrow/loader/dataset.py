@@ -7,6 +7,7 @@ round-robin hands them out in global order whatever K is.
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from energon_arrow.loader.members import split_sample
 from energon_arrow.loader.order import EpochCache
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
+from energon_arrow.samples.cookers import select_cooker
 from energon_arrow.samples.decoders import PartDecoder
 from energon_arrow.samples.types import batch_samples
 
@@ -38,6 +40,7 @@ class LoaderSettings:
         16  # consecutive samples of one shard kept together (energon's max_samples_per_sequence)
     )
     shuffle_buffer: int = 0
+    drop_last: bool = False  # finite streams: drop the last, partial global batch
     skip_errors: bool = False  # skip samples whose parts fail to decode (counted) instead of raising
     error_budget: int = 100  # with skip_errors: raise once more samples than this were skipped (per worker)
     read_ahead: int | None = None  # batches fetched ahead in a thread; default 2 on object stores, 0 locally
@@ -50,7 +53,22 @@ class LoaderSettings:
             "repeat": self.repeat,
             "block_size": self.block_size,
             "shuffle_buffer": self.shuffle_buffer,
+            "drop_last": self.drop_last,
         }
+
+
+def cook_kwargs(cook, source: SplitSource) -> dict:
+    """The aux stores (and `primary`) a cook function asks for by keyword."""
+    params = inspect.signature(cook).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in source.aux.items() if takes_all or k in params}
+    if "primary" in params:
+        from energon_arrow.loader.filestore import PartStore
+
+        if "primary" not in source.aux:
+            source.aux["primary"] = PartStore(source.storage)
+        kwargs["primary"] = source.aux["primary"]
+    return kwargs
 
 
 class TaskHooks:
@@ -60,14 +78,20 @@ class TaskHooks:
         self.te = task_encoder
         self.cookers = list(getattr(task_encoder, "cookers", ()) or ())
 
-    def sample(self, sample: Any, position_seed: int) -> list:
+    def sample(self, sample: Any, position_seed: int, source: SplitSource) -> list:
+        if isinstance(sample, dict) and self.te is None:
+            raise LoaderError(f"{source.name}: CrudeWebdataset needs a task encoder with cookers")
         if self.te is None:
             return [sample]
-        from energon_arrow.samples.cookers import select_cooker
-
-        if isinstance(sample, dict) and self.cookers:
-            cooker = select_cooker(self.cookers, sample.get("__subflavors__"), repr(sample.get("__key__")))
-            sample = cooker.cook(sample)
+        if isinstance(sample, dict):
+            if not self.cookers:
+                raise LoaderError(
+                    f"{source.name}: CrudeWebdataset found, but the task encoder has no cookers"
+                )
+            cooker = select_cooker(
+                self.cookers, sample.get("__subflavors__"), f"{source.name} {sample['__key__']!r}"
+            )
+            sample = cooker.cook(sample, **cook_kwargs(cooker.cook, source))
         fn = self.te.encode_sample
         if getattr(fn, "__restore_seeds__", False):
             random.seed(position_seed)
@@ -121,6 +145,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
             [len(s) for s in sources], settings.global_batch_size, settings.seed, weights
         )
         self.limit = None if settings.repeat else int(sum(len(s) for s in sources))
+        if self.limit is not None and settings.drop_last:
+            self.limit -= self.limit % settings.global_batch_size
         self.builders = [
             SampleBuilder(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code) for s in sources
         ]
@@ -225,7 +251,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
                         f"(stale index?)"
                     )
                 sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]))
-                samples.extend(self.hooks.sample(sample, self.settings.seed * 1_000_003 + b * 65_537 + slot))
+                seed = self.settings.seed * 1_000_003 + b * 65_537 + slot
+                samples.extend(self.hooks.sample(sample, seed, src))
             except (DecodeError, MissingPartError) as exc:
                 if not self.settings.skip_errors:
                     raise

@@ -51,13 +51,18 @@ class Loader:
         self._iterating = False
 
     def __len__(self) -> int:
-        """Batches this rank yields in one pass (finite streams only)."""
+        """Batches this rank yields in one whole pass (finite streams only)."""
         total = self.dataset.total_batches()
         if total is None:
             raise TypeError("an endless (repeat=True) loader has no length")
-        return sum(1 for b in range(self.next_batch, total) if self.dataset.plan(b, self.dataset._caches()))
+        g, limit = self.dataset.settings.global_batch_size, self.dataset.limit
+        first = self.dataset.rank * self.dataset.local_batch_size
+        return max(0, -(-(limit - first) // g))
 
     def _batches(self) -> Iterator[Any]:
+        total = self.dataset.total_batches()
+        if total is not None and self.next_batch >= total:  # a finished finite pass starts over
+            self.next_batch = 0
         self.dataset.start_batch = self.next_batch
         kwargs: dict[str, Any] = {}
         if self.num_workers > 0:

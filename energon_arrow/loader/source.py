@@ -32,6 +32,7 @@ class SplitSource:
     config: DatasetYaml = field(default_factory=DatasetYaml)
     subflavors: dict | None = None
     name: str = ""  # for messages: dataset URL + split
+    aux: dict = field(default_factory=dict)  # name -> file store handed to cookers (metadataset `aux:`)
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -96,6 +97,7 @@ class SplitSource:
             self.config,
             self.subflavors,
             f"{self.name}[{start}:{end}]",
+            self.aux,
         )
 
 

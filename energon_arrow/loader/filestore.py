@@ -1,0 +1,147 @@
+"""Random access by name: energon's `FileStore` interface over a prepared WebDataset or a plain folder.
+
+`PartStore(dataset)["<sample key>.<part>"]` returns `(payload, source_info)` like energon's WebdatasetFileStore;
+a bare sample key returns the dict of all its parts. The name -> (shard, offset, size) table comes from the query
+layer (one SQL over the Parquet side index) and is turned into a hash map on first use in each process; reads
+are single `pread`s on cached file descriptors (local) or ranged GETs (object stores).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from energon_arrow.adapters import Storage, open_storage
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.members import split_sample
+from energon_arrow.samples.decoders import PartDecoder
+
+
+class _FileStoreBase:
+    decoder: PartDecoder | None = None
+
+    def get(self, key: str, sample: Any = None) -> Any:
+        """The payload of `key`; records where it came from in `sample.__sources__` when given."""
+        data, source = self[key]
+        if sample is not None:
+            if isinstance(sample, dict):
+                sample["__sources__"] = (*(sample.get("__sources__") or ()), source)
+            elif hasattr(sample, "__sources__"):
+                sample.__sources__ = (*(sample.__sources__ or ()), source)
+        return data
+
+    def _decode(self, name: str, data: bytes) -> Any:
+        return data if self.decoder is None else self.decoder.decode(name, data)
+
+
+class PartStore(_FileStoreBase):
+    """Parts (and whole samples) of a prepared WebDataset by name."""
+
+    def __init__(self, path: Any, storage_options: dict | None = None, decoder: PartDecoder | None = None):
+        from energon_arrow.query import Dataset, open_dataset
+
+        ds = path if isinstance(path, Dataset) else open_dataset(path, storage_options)
+        self.storage: Storage = ds.storage
+        self.decoder = decoder
+        parts = ds.sql(
+            "SELECT shard_id, sample_key, part_name::VARCHAR AS part_name, content_offset, content_size "
+            "FROM sample_parts"
+        ).arrow()
+        samples = ds.sql("SELECT shard_id, sample_key, byte_offset, byte_size FROM samples").arrow()
+        shards = ds.sql("SELECT shard_id, path FROM shards ORDER BY shard_id").arrow()
+        self.shard_paths = dict(zip(shards["shard_id"].to_pylist(), shards["path"].to_pylist()))
+        names = pc.binary_join_element_wise(parts["sample_key"], parts["part_name"], ".")
+        self._names = pa.concat_arrays([names.combine_chunks(), samples["sample_key"].combine_chunks()])
+        self._shard = np.concatenate([parts["shard_id"].to_numpy(), samples["shard_id"].to_numpy()]).astype(
+            np.int32
+        )
+        self._offset = np.concatenate([parts["content_offset"].to_numpy(), samples["byte_offset"].to_numpy()])
+        self._size = np.concatenate([parts["content_size"].to_numpy(), samples["byte_size"].to_numpy()])
+        self._n_parts = len(parts)
+        self._lookup: dict[str, int] | None = None
+        self._fds: dict[int, int] = {}
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return self._n_parts
+
+    def get_path(self) -> str:
+        return self.storage.url
+
+    def _row(self, key: str) -> int:
+        if self._lookup is None:
+            self._lookup = dict(zip(self._names.to_pylist(), range(len(self._names))))
+        row = self._lookup.get(key)
+        if row is None:
+            raise LoaderError(f"{self.storage.url}: no part or sample named {key!r}")
+        return row
+
+    def _read(self, shard: str, sid: int, offset: int, size: int) -> bytes:
+        if not self.storage.is_local:
+            return self.storage.read_range(shard, offset, size)
+        if self._pid != os.getpid():  # forked: descriptors are shared with the parent, open our own
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.get(sid)
+        if fd is None:
+            fd = self._fds[sid] = os.open(self.storage.local_path(shard), os.O_RDONLY)
+        data = os.pread(fd, size, offset)
+        if len(data) != size:
+            raise LoaderError(f"{self.storage.url_of(shard)}: short read at byte {offset} (stale index?)")
+        return data
+
+    def __getitem__(self, key: str) -> tuple[Any, tuple]:
+        row = self._row(key)
+        sid = int(self._shard[row])
+        shard = self.shard_paths[sid]
+        offset, size = int(self._offset[row]), int(self._size[row])
+        data = self._read(shard, sid, offset, size)
+        source = (self.storage.url, shard, offset, key)
+        if row < self._n_parts:
+            return self._decode(key, data), source
+        _, parts = split_sample(memoryview(data), f"{self.storage.url_of(shard)}@{offset}")
+        return {p: self._decode(p, bytes(v)) for p, v in parts.items()}, source
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+    def __del__(self):
+        if getattr(self, "_pid", None) == os.getpid():
+            self.close()
+
+
+class FolderStore(_FileStoreBase):
+    """Files of a plain folder (local or object store) by relative path."""
+
+    def __init__(self, path: Any, storage_options: dict | None = None, decoder: PartDecoder | None = None):
+        self.storage = open_storage(path, storage_options)
+        self.decoder = decoder
+
+    def get_path(self) -> str:
+        return self.storage.url
+
+    def __getitem__(self, key: str) -> tuple[Any, tuple]:
+        from energon_arrow.adapters import NotFound
+
+        try:
+            data = self.storage.read_bytes(key)
+        except NotFound:
+            raise LoaderError(f"{self.storage.url_of(key)}: auxiliary file not found") from None
+        return self._decode(key, data), (self.storage.url, key, 0, key)
+
+
+def open_file_store(path: Any, storage_options: dict | None = None, decoder: PartDecoder | None = None):
+    """A PartStore for a prepared dataset, a FolderStore for anything else (`filesystem://` forces a folder)."""
+    from energon_arrow.meta import info_exists
+
+    if isinstance(path, str) and path.startswith("filesystem://"):
+        return FolderStore(path[len("filesystem://") :], storage_options, decoder)
+    storage = open_storage(path, storage_options)
+    if info_exists(storage):
+        return PartStore(storage, storage_options, decoder)
+    return FolderStore(storage, storage_options, decoder)

@@ -1,0 +1,135 @@
+"""energon's MetadatasetV2 YAML (the subset energon-arrow loads): one dataset, `blend` with weights or
+`blend_epochized` with repetitions, per entry `path`, `split_part`, `subflavors`, `subset: {range: [a, b]}`
+(absolute indices, `end`, or percentages) and `aux: {name: path}` sources for cookers.
+
+Paths are relative to the YAML file's folder (local or object store). `join:` and nested metadatasets are
+refused with a clear error rather than half-supported.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+import yaml
+
+from energon_arrow.adapters import open_storage
+from energon_arrow.loader.errors import LoaderError
+
+_ENTRY_KEYS = {"path", "split_part", "subflavors", "subset", "aux", "weight", "repetitions"}
+
+
+@dataclass
+class MetadatasetEntry:
+    path: str  # absolute URL / path
+    split_part: str | None = None
+    subflavors: dict | None = None
+    subset: tuple | None = None  # (start, end) as given: int, "end" or "12.5%"
+    aux: dict = field(default_factory=dict)  # name -> absolute URL / path
+    weight: float = 1.0
+    repetitions: float = 1.0
+
+
+@dataclass
+class MetadatasetSplit:
+    mode: str  # "single" | "blend" | "blend_epochized"
+    entries: list[MetadatasetEntry]
+
+
+def is_metadataset(path: str) -> bool:
+    return str(path).endswith((".yaml", ".yml"))
+
+
+def _join(base: str, rel: str) -> str:
+    if "://" in rel or rel.startswith("/"):
+        return rel
+    return posixpath.normpath(posixpath.join(base, rel)) if "://" not in base else f"{base.rstrip('/')}/{rel}"
+
+
+def _entry(raw: dict, base: str, where: str, split: str) -> MetadatasetEntry:
+    if not isinstance(raw, dict) or "path" not in raw:
+        raise LoaderError(f"{where}: split {split!r}: every dataset entry needs a 'path' (got {raw!r})")
+    unknown = sorted(set(raw) - _ENTRY_KEYS)
+    if unknown:
+        raise LoaderError(
+            f"{where}: split {split!r}: unsupported entry keys {unknown} (supported: {sorted(_ENTRY_KEYS)})"
+        )
+    path = _join(base, str(raw["path"]))
+    if path.endswith((".yaml", ".yml")):
+        raise LoaderError(
+            f"{where}: nested metadataset {raw['path']!r} is not supported; list its datasets here"
+        )
+    subset = None
+    if raw.get("subset") is not None:
+        rng = raw["subset"].get("range") if isinstance(raw["subset"], dict) else None
+        if not isinstance(rng, (list, tuple)) or len(rng) != 2:
+            raise LoaderError(f"{where}: subset must be {{range: [start, end]}}, got {raw['subset']!r}")
+        subset = tuple(rng)
+    aux = {}
+    for name, ref in (raw.get("aux") or {}).items():
+        ref = str(ref)
+        if ref.startswith("filesystem://"):
+            aux[name] = "filesystem://" + _join(base, ref[len("filesystem://") :])
+        else:
+            aux[name] = _join(base, ref)
+    return MetadatasetEntry(
+        path=path,
+        split_part=raw.get("split_part"),
+        subflavors=raw.get("subflavors"),
+        subset=subset,
+        aux=aux,
+        weight=float(raw.get("weight", 1.0)),
+        repetitions=float(raw.get("repetitions", 1.0)),
+    )
+
+
+def read_metadataset(path: str, split: str, storage_options: dict | None = None) -> MetadatasetSplit:
+    """The datasets of `split` in a MetadatasetV2 YAML."""
+    base, name = posixpath.split(str(path).rstrip("/"))
+    storage = open_storage(base or ".", storage_options)
+    where = storage.url_of(name)
+    try:
+        doc = yaml.safe_load(storage.read_text(name))
+    except yaml.YAMLError as exc:
+        raise LoaderError(f"{where}: invalid YAML: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("__class__") != "MetadatasetV2":
+        raise LoaderError(
+            f"{where}: expected __class__: MetadatasetV2 (got {doc.get('__class__') if isinstance(doc, dict) else doc!r})"
+        )
+    splits = doc.get("splits") or {}
+    if split not in splits:
+        raise LoaderError(f"{where}: no split {split!r} (splits: {sorted(splits)})")
+    spec = splits[split]
+    base_url = storage.url
+    if not isinstance(spec, dict):
+        raise LoaderError(f"{where}: split {split!r} must be a mapping")
+    if "join" in spec:
+        raise LoaderError(f"{where}: split {split!r}: 'join' metadatasets are not supported by the loader")
+    for mode in ("blend", "blend_epochized"):
+        if mode in spec:
+            items = spec[mode]
+            if not isinstance(items, list) or not items:
+                raise LoaderError(f"{where}: split {split!r}: {mode} must be a non-empty list")
+            return MetadatasetSplit(mode, [_entry(e, base_url, where, split) for e in items])
+    return MetadatasetSplit("single", [_entry(spec, base_url, where, split)])
+
+
+def subset_bounds(subset: tuple | None, n: int, where: str) -> tuple[int, int]:
+    """Absolute [start, end) of a subset range over n samples."""
+    if subset is None:
+        return 0, n
+
+    def one(v, default):
+        if v == "end":
+            return n
+        if isinstance(v, str) and v.endswith("%"):
+            return int(round(float(v[:-1]) / 100 * n))
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            raise LoaderError(f"{where}: bad subset bound {v!r}") from None
+
+    start, end = one(subset[0], 0), one(subset[1], n)
+    if not 0 <= start <= end <= n:
+        raise LoaderError(f"{where}: subset range [{start}, {end}) outside the dataset's {n} samples")
+    return start, end
