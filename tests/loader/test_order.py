@@ -1,0 +1,90 @@
+"""Epoch order and batch schedule: pure functions of (seed, epoch / batch), independent of ranks and workers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from energon_arrow.loader.order import EpochCache, block_ids, epoch_order, rank_positions
+from energon_arrow.loader.schedule import BatchSchedule
+
+
+def _shards(counts):
+    return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=8), st.integers(0, 2**31), st.integers(1, 9))
+@settings(max_examples=60, deadline=None)
+def test_epoch_order_is_a_permutation_and_deterministic(counts, seed, block):
+    shard_ids = _shards(counts)
+    a = epoch_order(shard_ids, seed, 3, block_size=block)
+    assert np.array_equal(np.sort(a), np.arange(len(shard_ids)))
+    assert np.array_equal(a, epoch_order(shard_ids, seed, 3, block_size=block))
+
+
+def test_epochs_and_seeds_differ_and_blocks_stay_together():
+    shard_ids = _shards([50, 50, 50, 50])
+    e0, e1 = epoch_order(shard_ids, 1, 0, 10), epoch_order(shard_ids, 1, 1, 10)
+    assert not np.array_equal(e0, e1)
+    assert not np.array_equal(e0, epoch_order(shard_ids, 2, 0, 10))
+    blocks = block_ids(shard_ids, 10)
+    # each run of 10 consecutive positions is exactly one block: reads stay within a small byte range
+    assert all(len(set(blocks[e0[i : i + 10]])) == 1 for i in range(0, 200, 10))
+
+
+def test_block_ids_restart_at_shard_boundaries():
+    assert block_ids(_shards([3, 5]), 2).tolist() == [0, 0, 1, 2, 2, 3, 3, 4]
+
+
+def test_shuffle_buffer_displaces_boundedly_and_no_shuffle_is_identity():
+    shard_ids = _shards([100] * 5)
+    base = epoch_order(shard_ids, 4, 0, 10)
+    buffered = epoch_order(shard_ids, 4, 0, 10, shuffle_buffer=20)
+    assert not np.array_equal(base, buffered)
+    where = np.empty(500, np.int64)
+    where[buffered] = np.arange(500)
+    where_base = np.empty(500, np.int64)
+    where_base[base] = np.arange(500)
+    assert np.abs(where - where_base).max() <= 20
+    assert epoch_order(shard_ids, 4, 0, shuffle=False).tolist() == list(range(500))
+
+
+def test_stream_positions_wrap_into_later_epochs():
+    shard_ids = _shards([7, 6])
+    cache = EpochCache(shard_ids, 5, 4, 0, True)
+    rows = cache.rows_at(np.arange(0, 39))
+    for e in range(3):
+        assert np.array_equal(rows[e * 13 : (e + 1) * 13], epoch_order(shard_ids, 5, e, 4))
+
+
+def test_rank_slices_tile_the_global_batch():
+    assert [rank_positions(3, 12, r, 4) for r in range(4)] == [(36, 39), (39, 42), (42, 45), (45, 48)]
+    with pytest.raises(ValueError, match="not divisible"):
+        rank_positions(0, 10, 0, 4)
+
+
+def test_blend_schedule_exact_proportions_and_rank_independence():
+    sched = BatchSchedule([1000, 1000, 1000], 16, seed=9, weights=[1, 2, 5])
+    counts = np.zeros(3, np.int64)
+    for b in range(100):
+        owner, pos = sched.slots(b, 0, 16)
+        counts += np.bincount(owner, minlength=3)
+        # rank slices of a batch concatenate to the whole batch
+        parts = [sched.slots(b, r * 4, (r + 1) * 4) for r in range(4)]
+        assert np.array_equal(np.concatenate([p[0] for p in parts]), owner)
+        assert np.array_equal(np.concatenate([p[1] for p in parts]), pos)
+    assert counts.tolist() == [200, 400, 1000]
+    # every source's stream positions are used once each, in a contiguous prefix
+    owner = np.concatenate([sched.slots(b, 0, 16)[0] for b in range(100)])
+    pos = np.concatenate([sched.slots(b, 0, 16)[1] for b in range(100)])
+    for d in range(3):
+        assert sorted(pos[owner == d].tolist()) == list(range(counts[d]))
+
+
+def test_concat_schedule_with_limit():
+    sched = BatchSchedule([5, 3], 3, seed=0)
+    seen = [sched.slots(b, 0, 3, limit=8) for b in range(3)]
+    assert [o.tolist() for o, _ in seen] == [[0, 0, 0], [0, 0, 1], [1, 1]]
+    assert [p.tolist() for _, p in seen] == [[0, 1, 2], [3, 4, 0], [1, 2]]
