@@ -1,0 +1,145 @@
+"""CrudeWebdataset with cookers selected by subflavors, aux sources, and the legacy sample_loader.py."""
+
+from __future__ import annotations
+
+import os
+
+import fsspec
+import pytest
+
+import energon_arrow as ea
+from energon_arrow.loader.errors import LoaderError
+from tests.loader.conftest import write_dataset_yaml
+
+CRUDE_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors: {kind: crude}\n"
+
+
+def _first(path, te, **kw):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=kw.pop("workers", 0))
+    ds = ea.get_train_dataset(path, worker_config=wc, batch_size=4, task_encoder=te, **kw)
+    it = iter(ea.get_loader(ds))
+    try:
+        return next(it)
+    finally:
+        it.close()
+
+
+def cook_text(sample):
+    return ea.TextSample(
+        __key__=sample["__key__"],
+        __restore_key__=sample["__restore_key__"],
+        __subflavors__=sample["__subflavors__"],
+        text=sample["txt"].upper(),
+    )
+
+
+def cook_never(sample):
+    raise AssertionError("subflavor filter should not pick this cooker")
+
+
+JPG_AS_BYTES = ea.PartDecoder(handlers={"jpg": bytes})  # the synthetic jpg parts are random bytes
+
+
+class CrudeTE(ea.DefaultTaskEncoder):
+    decoder = JPG_AS_BYTES
+    cookers = [
+        ea.Cooker(cook_never, has_subflavors={"kind": "other"}),
+        ea.Cooker(cook_text, has_subflavors={"kind": "crude"}),
+    ]
+
+
+def test_cooker_chosen_by_subflavors(dataset_copy):
+    write_dataset_yaml(dataset_copy, CRUDE_YAML)
+    batch = _first(dataset_copy, CrudeTE(), workers=1)
+    assert type(batch).__name__ == "TextSample"
+    assert all(t.startswith("SAMPLE ") for t in batch.text)
+    assert batch.__subflavors__[0] == {"kind": "crude"}
+
+
+def test_crude_without_matching_cooker(dataset_copy):
+    write_dataset_yaml(dataset_copy, CRUDE_YAML)
+
+    class TE(ea.DefaultTaskEncoder):
+        decoder = JPG_AS_BYTES
+        cookers = [ea.Cooker(cook_never, has_subflavors={"kind": "other"})]
+
+    with pytest.raises(LoaderError, match="no cooker matches subflavors"):
+        _first(dataset_copy, TE())
+
+
+def test_aux_source_from_metadataset(dataset_copy, prepared_root, tmp_path):
+    write_dataset_yaml(dataset_copy, CRUDE_YAML)
+
+    def cook_with_aux(sample, *, media):
+        caption = media.get(sample["__key__"] + ".txt", sample)
+        return ea.CaptioningSample(
+            __key__=sample["__key__"],
+            __restore_key__=sample["__restore_key__"],
+            image=sample["jpg"],
+            caption=caption,
+        )
+
+    class TE(ea.DefaultTaskEncoder):
+        decoder = None
+        cookers = [ea.Cooker(cook_with_aux)]
+
+    mds = tmp_path / "mds.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    path: {os.path.relpath(dataset_copy, tmp_path)}\n    aux:\n      media: {prepared_root}\n"
+    )
+    batch = _first(str(mds), TE())
+    assert all(c.startswith(b"sample ") for c in batch.caption)
+
+    def cook_missing(sample, *, media):
+        return media.get(sample["__key__"] + ".png")
+
+    class Missing(ea.DefaultTaskEncoder):
+        decoder = JPG_AS_BYTES
+        cookers = [ea.Cooker(cook_missing)]
+
+    with pytest.raises(LoaderError, match=r"no part or sample named '\d+_\d+\.png'"):
+        _first(str(mds), Missing())
+
+
+SAMPLE_LOADER = """
+def sample_loader(raw):
+    return dict(text=raw["txt"] + "!")
+
+def part_filter(part):
+    return part == "txt"
+"""
+
+
+def _with_sample_loader(root):
+    write_dataset_yaml(
+        root,
+        "sample_type: {__module__: megatron.energon, __class__: TextSample}\n"
+        "sample_loader: sample_loader.py:sample_loader\npart_filter: sample_loader.py:part_filter\n",
+    )
+    with open(f"{root}/.nv-meta/sample_loader.py", "w") as f:
+        f.write(SAMPLE_LOADER)
+
+
+def test_sample_loader_runs_for_local_datasets(dataset_copy):
+    _with_sample_loader(dataset_copy)
+    batch = _first(dataset_copy, None)
+    assert type(batch).__name__ == "TextSample" and all(t.endswith("!") for t in batch.text)
+
+
+def test_remote_code_needs_trust(dataset_copy, memory_root):
+    _with_sample_loader(dataset_copy)
+    url, _ = memory_root
+    fs = fsspec.filesystem("memory")
+    for dirpath, _, files in os.walk(dataset_copy):
+        if dirpath.endswith("arrow"):
+            continue  # the side index records local mtimes: let it be rebuilt from index.sqlite
+        for name in files:
+            local = os.path.join(dirpath, name)
+            fs.pipe(f"{url}/{os.path.relpath(local, dataset_copy)}", open(local, "rb").read())
+    with pytest.raises(
+        LoaderError, match="remote code is not executed unless you pass trust_remote_code=True"
+    ):
+        _first(url, None)
+    batch = _first(url, None, trust_remote_code=True)
+    assert all(t.endswith("!") for t in batch.text)
