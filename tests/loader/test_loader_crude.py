@@ -136,7 +136,8 @@ def test_remote_code_needs_trust(dataset_copy, memory_root):
             continue  # the side index records local mtimes: let it be rebuilt from index.sqlite
         for name in files:
             local = os.path.join(dirpath, name)
-            fs.pipe(f"{url}/{os.path.relpath(local, dataset_copy)}", open(local, "rb").read())
+            with open(local, "rb") as f:
+                fs.pipe(f"{url}/{os.path.relpath(local, dataset_copy)}", f.read())
     with pytest.raises(
         LoaderError, match="remote code is not executed unless you pass trust_remote_code=True"
     ):
