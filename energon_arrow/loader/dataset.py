@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.builder import SampleBuilder
-from energon_arrow.loader.errors import ErrorBudgetExceeded, LoaderError
-from energon_arrow.loader.members import split_sample
+from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.order import EpochCache
+from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.cookers import select_cooker
@@ -77,6 +78,9 @@ class TaskHooks:
     def __init__(self, task_encoder: Any = None):
         self.te = task_encoder
         self.cookers = list(getattr(task_encoder, "cookers", ()) or ())
+        self.is_default = task_encoder is None or bool(
+            getattr(task_encoder, "is_default_encoding", lambda: False)()
+        )
 
     def sample(self, sample: Any, position_seed: int, source: SplitSource) -> list:
         if isinstance(sample, dict) and self.te is None:
@@ -150,6 +154,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.builders = [
             SampleBuilder(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code) for s in sources
         ]
+        self.assembler = Assembler(sources, self.builders, self.hooks, settings)
         self.start_batch = 0
         self.num_workers = 1
 
@@ -167,28 +172,27 @@ class BatchDataset(torch.utils.data.IterableDataset):
             for i, src in enumerate(self.sources)
         ]
 
-    def plan(self, b: int, caches: list[EpochCache]) -> list[tuple[int, int]]:
-        """(source, table row) of every sample of this rank's slice of global batch b, in batch order."""
+    def plan(self, b: int, caches: list[EpochCache]) -> tuple[np.ndarray, np.ndarray]:
+        """(source, table row) arrays of every sample of this rank's slice of global batch b, in batch order."""
         lo = self.rank * self.local_batch_size
         owner, pos = self.schedule.slots(b, lo, lo + self.local_batch_size, self.limit)
+        if len(self.sources) == 1:
+            return owner, caches[0].rows_at(pos)
         rows = np.empty(len(pos), np.int64)
         for d in np.unique(owner):
             m = owner == d
             rows[m] = caches[d].rows_at(pos[m])
-        return list(zip(owner.tolist(), rows.tolist()))
+        return owner, rows
 
     # ---- reading -----------------------------------------------------------------------------------------
-    def _fetch(self, plan: list[tuple[int, int]]) -> list[memoryview]:
-        out: list[memoryview | None] = [None] * len(plan)
-        by_source: dict[int, list[int]] = {}
-        for i, (d, _) in enumerate(plan):
-            by_source.setdefault(d, []).append(i)
-        for d, idx in by_source.items():
-            src = self.sources[d]
-            rows = np.asarray([plan[i][1] for i in idx], np.int64)
-            rels = [src.shard_paths[s] for s in src.shard_id[rows].tolist()]
-            views = src.storage.read_ranges(rels, src.byte_offset[rows], src.byte_size[rows])
-            for i, v in zip(idx, views):
+    def _fetch(self, plan: tuple[np.ndarray, np.ndarray], readers: list[SampleReader]) -> list[memoryview]:
+        owner, rows = plan
+        if len(readers) == 1:
+            return readers[0].read(rows)
+        out: list[memoryview | None] = [None] * len(rows)
+        for d in np.unique(owner).tolist():
+            idx = np.flatnonzero(owner == d)
+            for i, v in zip(idx.tolist(), readers[d].read(rows[idx])):
                 out[i] = v
         return out  # type: ignore[return-value]
 
@@ -211,6 +215,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 b += n
 
         skipped = 0
+        readers = [SampleReader(src) for src in self.sources]
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
             pending: list = []
@@ -221,45 +226,19 @@ class BatchDataset(torch.utils.data.IterableDataset):
                     if b is None:
                         break
                     plan = self.plan(b, caches)
-                    fut = pool.submit(self._fetch, plan) if pool else None
+                    fut = pool.submit(self._fetch, plan, readers) if pool else None
                     pending.append((b, plan, fut))
                 if not pending:
                     return
                 b, plan, fut = pending.pop(0)
-                if not plan:
+                if not len(plan[1]):
                     continue
-                views = fut.result() if fut is not None else self._fetch(plan)
-                samples, skipped = self._build(b, plan, views, skipped)
-                if samples:
-                    yield b, skipped, self.hooks.batch(samples)
+                views = fut.result() if fut is not None else self._fetch(plan, readers)
+                batch, skipped = self.assembler.batch(b, plan, views, skipped)
+                if batch is not None:
+                    yield b, skipped, batch
         finally:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
-
-    def _build(self, b: int, plan, views, skipped: int) -> tuple[list, int]:
-        from energon_arrow.loader.errors import DecodeError, MissingPartError
-
-        samples = []
-        for slot, ((d, row), view) in enumerate(zip(plan, views)):
-            src = self.sources[d]
-            shard = src.shard_paths[src.shard_id[row]]
-            try:
-                key, parts = split_sample(view, f"{src.storage.url_of(shard)}@{int(src.byte_offset[row])}")
-                if key is None:
-                    raise LoaderError(
-                        f"{src.storage.url_of(shard)}: no sample member at byte offset {int(src.byte_offset[row])} "
-                        f"(stale index?)"
-                    )
-                sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]))
-                seed = self.settings.seed * 1_000_003 + b * 65_537 + slot
-                samples.extend(self.hooks.sample(sample, seed, src))
-            except (DecodeError, MissingPartError) as exc:
-                if not self.settings.skip_errors:
-                    raise
-                skipped += 1
-                if skipped > self.settings.error_budget:
-                    raise ErrorBudgetExceeded(
-                        f"{skipped} samples skipped, over the error budget of {self.settings.error_budget}; "
-                        f"last: {exc}"
-                    ) from exc
-        return samples, skipped
+            for r in readers:
+                r.close()

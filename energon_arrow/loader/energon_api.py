@@ -72,6 +72,19 @@ class DefaultTaskEncoder:
         self._raw_batch_type = raw_batch_type
         self._batch_type = batch_type
 
+    def is_default_encoding(self) -> bool:
+        """True when encode_sample / batch / encode_batch are the defaults and convert nothing (the loader then
+        assembles batches column-wise, without per-sample objects)."""
+        cls = type(self)
+        return (
+            cls.encode_sample is DefaultTaskEncoder.encode_sample
+            and cls.batch is DefaultTaskEncoder.batch
+            and cls.encode_batch is DefaultTaskEncoder.encode_batch
+            and self._encoded_sample_type is None
+            and self._raw_batch_type is None
+            and self._batch_type is None
+        )
+
     @stateless
     def encode_sample(self, sample: Any) -> Any:
         return _convert(sample, self._encoded_sample_type)

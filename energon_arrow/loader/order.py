@@ -89,6 +89,9 @@ class EpochCache:
         if self.n == 0:
             return np.zeros(0, np.int64)
         pos = np.asarray(pos, np.int64)
+        if len(pos) and pos.min() // self.n == pos.max() // self.n:  # the usual case: one epoch
+            e = int(pos[0] // self.n)
+            return self.order(e)[pos - e * self.n]
         epochs = pos // self.n
         out = np.empty(len(pos), np.int64)
         for e in np.unique(epochs):

@@ -1,7 +1,9 @@
 """A split of a prepared dataset as the loader sees it: the effective sample table plus the dataset config.
 
 The table columns are numpy arrays (`shard_id`, `sample_index`, `byte_offset`, `byte_size`) in energon iteration
-order; keys are kept as an Arrow array for lookups only (workers never need them: the tar headers carry the key).
+order; keys are an Arrow array. `parts` maps each part name to two int64 arrays over the rows: the payload's
+offset relative to the sample's byte_offset (-1 when the sample lacks that part) and its size, so workers slice
+payloads out of the fetched sample bytes without parsing tar headers.
 Arrays built before the DataLoader forks its workers are shared copy-on-write, not copied into each worker.
 """
 
@@ -33,6 +35,7 @@ class SplitSource:
     subflavors: dict | None = None
     name: str = ""  # for messages: dataset URL + split
     aux: dict = field(default_factory=dict)  # name -> file store handed to cookers (metadataset `aux:`)
+    parts: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -98,6 +101,7 @@ class SplitSource:
             self.subflavors,
             f"{self.name}[{start}:{end}]",
             self.aux,
+            None if self.parts is None else {k: (o[sl], z[sl]) for k, (o, z) in self.parts.items()},
         )
 
 
@@ -117,5 +121,35 @@ def open_split(
     storage = path if isinstance(path, Storage) else open_storage(path, storage_options)
     with open_dataset(storage, split_config=split_config) as ds:
         table = ds.split(split)
+        parts = ds.sql(_PARTS_SQL, [split]).arrow()
     config = read_dataset_yaml(storage, dataset_yaml)
-    return SplitSource.from_table(storage, table, config, subflavors, f"{storage.url} split {split!r}")
+    src = SplitSource.from_table(storage, table, config, subflavors, f"{storage.url} split {split!r}")
+    src.parts = part_layout(parts, len(src))
+    return src
+
+
+# Every part of the split's samples with the row of its sample in `split(name)` order (same ORDER BY).
+_PARTS_SQL = """
+    WITH s AS (SELECT shard_id, sample_index, byte_offset,
+                      row_number() OVER (ORDER BY shard_position, sample_index) - 1 AS row
+               FROM split_samples WHERE split = ?)
+    SELECT s.row, p.part_name::VARCHAR AS part_name, p.content_offset - s.byte_offset AS rel, p.content_size AS size
+    FROM s JOIN parts p USING (shard_id, sample_index)"""
+
+
+def part_layout(parts: pa.Table, n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Pivot (row, part_name, rel, size) rows into per-part-name offset / size arrays over n sample rows."""
+    row = parts["row"].to_numpy()
+    rel = parts["rel"].to_numpy().astype(np.int64, copy=False)
+    size = parts["size"].to_numpy().astype(np.int64, copy=False)
+    names = parts["part_name"].dictionary_encode().combine_chunks()
+    codes = names.indices.to_numpy(zero_copy_only=False)
+    out = {}
+    for code, name in enumerate(names.dictionary.to_pylist()):
+        m = codes == code
+        off = np.full(n, -1, np.int64)
+        sz = np.zeros(n, np.int64)
+        off[row[m]] = rel[m]
+        sz[row[m]] = size[m]
+        out[name] = (off, sz)
+    return out

@@ -136,3 +136,15 @@ def test_unsupported_arguments_fail_loudly(prepared_root):
         ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=2, packing_buffer_size=4)
     with pytest.raises(Exception, match="unknown argument"):
         ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=2, bogus=1)
+
+
+class PerSampleTE(RawTE):
+    def encode_sample(self, sample):  # any override disables the column-wise path
+        return sample
+
+
+def test_columnar_and_per_sample_paths_agree(prepared_root):
+    fast = _take(_loader(prepared_root, batch=6), 5)
+    slow = _take(_loader(prepared_root, batch=6, task_encoder=PerSampleTE()), 5)
+    for a, b in zip(fast, slow):
+        assert a == b

@@ -1,0 +1,173 @@
+"""Loader benchmarks, side by side with megatron-energon 7.4.1 on the same prepared dataset.
+
+- full epoch, CaptioningSample field map, raw bytes (`decoder = None`), batch 32, 2 workers: samples/s;
+- 10,000 random reads of one part by key: energon's WebdatasetFileStore vs energon-arrow's PartStore;
+- peak RSS per DataLoader worker of energon-arrow's loader on the dataset and on one 10x larger (index grows 10x).
+
+Datasets (64 shards x 1,000 samples, and 640 x 1,000 for the RSS check) are generated under
+`$EA_BENCH_DIR` (default /tmp/ea-bench-loader) and prepared with `energon prepare` once; --quick shrinks them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import threading
+import time
+
+from benchmarks.harness import Comparison, alternate
+
+BATCH, WORKERS = 32, 2
+
+
+def _dataset(root: str, shards: int, per_shard: int) -> str:
+    if os.path.exists(os.path.join(root, ".nv-meta", "index.sqlite")):
+        return root
+    from energon_arrow.testing.synthetic import write_webdataset
+
+    shutil.rmtree(root, ignore_errors=True)
+    write_webdataset(root, shards=shards, samples_per_shard=per_shard, image_bytes=2048)
+    subprocess.run(
+        [shutil.which("energon"), "prepare", root, "--non-interactive", "--split-ratio", "1,0,0", "--no-progress",
+         "--num-workers", "2", "--sample-type", "CaptioningSample",
+         "--field-map", '{"image": "jpg", "caption": "txt"}'],
+        check=True, capture_output=True,
+    )
+    from energon_arrow.query import open_dataset
+
+    open_dataset(root).close()  # side index converted from index.sqlite and published once, outside the timing
+    return root
+
+
+def _epoch_ours(root: str) -> float:
+    import energon_arrow as ea
+
+    class TE(ea.DefaultTaskEncoder):
+        decoder = None
+
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
+    t0 = time.perf_counter()
+    ds = ea.get_train_dataset(root, worker_config=wc, batch_size=BATCH, shuffle_buffer_size=100,
+                              max_samples_per_sequence=100, task_encoder=TE(), repeat=False)
+    n = sum(len(b.__key__) for b in ea.get_loader(ds))
+    return n / (time.perf_counter() - t0)
+
+
+def _epoch_energon(root: str) -> float:
+    from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset
+
+    class TE(DefaultTaskEncoder):
+        decoder = None
+
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
+    t0 = time.perf_counter()
+    ds = get_train_dataset(root, worker_config=wc, batch_size=BATCH, shuffle_buffer_size=100,
+                           max_samples_per_sequence=100, task_encoder=TE(), repeat=False)
+    n = sum(len(b.__key__) for b in get_loader(ds))
+    return n / (time.perf_counter() - t0)
+
+
+def _keys(root: str, count: int) -> list[str]:
+    from energon_arrow.query import open_dataset
+
+    with open_dataset(root) as ds:
+        keys = ds.sql("SELECT sample_key FROM samples").arrow()["sample_key"].to_pylist()
+    rng = random.Random(1)
+    return [f"{rng.choice(keys)}.jpg" for _ in range(count)]
+
+
+def _random_ours(root: str, names: list[str]) -> float:
+    from energon_arrow.loader.filestore import PartStore
+
+    store = PartStore(root)
+    store[names[0]]  # builds the name table (one-time setup, reported separately)
+    t0 = time.perf_counter()
+    for name in names:
+        store[name]
+    return time.perf_counter() - t0
+
+
+def _random_energon(root: str, names: list[str]) -> float:
+    from megatron.energon.cache.file_store import WebdatasetFileStore
+    from megatron.energon.epathlib import EPath
+
+    store = WebdatasetFileStore(EPath(root))
+    store[names[0]]
+    t0 = time.perf_counter()
+    for name in names:
+        store[name]
+    return time.perf_counter() - t0
+
+
+def _store_setup_ours(root: str) -> float:
+    from energon_arrow.loader.filestore import PartStore
+
+    t0 = time.perf_counter()
+    PartStore(root)._row("000000_000000.jpg")
+    return time.perf_counter() - t0
+
+
+def _peak_worker_rss(root: str, batches: int) -> float:
+    """Peak RSS (MiB) over the DataLoader workers while they load `batches` batches."""
+    import psutil
+
+    import energon_arrow as ea
+
+    class TE(ea.DefaultTaskEncoder):
+        decoder = None
+
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
+    ds = ea.get_train_dataset(root, worker_config=wc, batch_size=BATCH, shuffle_buffer_size=100,
+                              max_samples_per_sequence=100, task_encoder=TE())
+    peak, stop = [0], threading.Event()
+    me = psutil.Process()
+
+    def watch():
+        while not stop.is_set():
+            for child in me.children(recursive=True):
+                try:
+                    peak[0] = max(peak[0], child.memory_info().rss)
+                except psutil.Error:
+                    pass
+            time.sleep(0.02)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    it = iter(ea.get_loader(ds))
+    for _ in range(batches):
+        next(it)
+    it.close()
+    stop.set()
+    t.join()
+    return peak[0] / 2**20
+
+
+def run(args) -> list[Comparison]:
+    base = os.environ.get("EA_BENCH_DIR", "/tmp/ea-bench-loader")
+    shards, per_shard = (8, 250) if args.quick else (64, 1000)
+    repeats = 1 if args.quick else args.repeats
+    root = _dataset(f"{base}/ds-{shards}x{per_shard}", shards, per_shard)
+    out = []
+
+    ours, ref = alternate(lambda: _epoch_ours(root), lambda: _epoch_energon(root), repeats)
+    out.append(Comparison(f"full epoch, {shards}x{per_shard}, raw bytes, batch {BATCH}, {WORKERS} workers",
+                          "samples/s", ours, ref, target=5.0))
+
+    names = _keys(root, 1000 if args.quick else 10_000)
+    ours, ref = alternate(lambda: _random_ours(root, names), lambda: _random_energon(root, names), repeats)
+    setup = _store_setup_ours(root)
+    out.append(Comparison(f"{len(names)} random part reads by key (PartStore vs WebdatasetFileStore)", "s",
+                          ours, ref, target=10.0, notes={"ours_one_time_setup_s": round(setup, 3)}))
+
+    big_shards = shards * 10
+    big = _dataset(f"{base}/ds-{big_shards}x{per_shard}", big_shards, per_shard)
+    n_batches = 200 if args.quick else 1000
+    small_rss = [_peak_worker_rss(root, n_batches) for _ in range(repeats)]
+    big_rss = [_peak_worker_rss(big, n_batches) for _ in range(repeats)]
+    # "reference" here is the 10x larger dataset: ratio = small / big peak RSS (1.0 = perfectly flat)
+    out.append(Comparison(f"peak RSS per worker (MiB): {shards}x{per_shard} (ours) vs {big_shards}x{per_shard} "
+                          "(reference column), energon-arrow both", "MiB/worker", small_rss, big_rss, target=0.9,
+                          notes={"meaning": "ratio = RSS on the small dataset / RSS on the 10x dataset; 1.0 is flat"}))
+    return out

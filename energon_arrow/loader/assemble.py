@@ -1,0 +1,122 @@
+"""Assemble one batch from the fetched sample bytes.
+
+Two paths that give identical batches:
+- columnar (the hot path): for a typed field-map dataset and a task encoder that does not customise samples,
+  every field is sliced for the whole batch at once from the per-part offset arrays of the index; raw payloads
+  become `bytes` straight from the fetched buffer, decoded ones go through the part decoder; no per-sample object
+  is created;
+- per sample: anything else (crude samples + cookers, sample_loader.py, custom encode_sample, json access, or a
+  sample that failed on the columnar path so that it is skipped or reported precisely).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from energon_arrow.loader.builder import SampleBuilder
+from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded, LoaderError, MissingPartError
+from energon_arrow.loader.members import split_sample
+from energon_arrow.loader.source import SplitSource
+from energon_arrow.samples.types import batch_values
+
+
+class _Fallback(Exception):
+    """The columnar path cannot take this batch; build it sample by sample."""
+
+
+def sample_parts(src: SplitSource, row: int, view: memoryview) -> tuple[str, dict[str, memoryview]]:
+    """(key, {part: payload view}) of one fetched sample, from the index's part layout or the tar headers."""
+    if src.parts is not None and src.keys is not None:
+        parts = {}
+        for name, (off, size) in src.parts.items():
+            o = int(off[row])
+            if o >= 0:
+                parts[name] = view[o : o + int(size[row])]
+        return src.keys[row].as_py(), parts
+    shard = src.shard_paths[src.shard_id[row]]
+    where = f"{src.storage.url_of(shard)}@{int(src.byte_offset[row])}"
+    key, parts = split_sample(view, where)
+    if key is None:
+        raise LoaderError(f"{where}: no sample member at this byte offset (stale index?)")
+    return key, parts
+
+
+def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, views: list) -> Any:
+    """The whole batch of one typed source without per-sample objects; raises _Fallback when it cannot."""
+    fm = builder.field_map
+    if fm is None or src.parts is None or src.keys is None:
+        raise _Fallback
+    fields: dict[str, list] = {}
+    cache: dict[str, list] = {}
+    for name, refs in fm.fields.items():
+        ref = next((r for r in refs if r.part in src.parts), None)
+        if len(refs) != 1 or ref is None or ref.path:
+            raise _Fallback
+        if ref.part not in cache:
+            off, size = src.parts[ref.part]
+            offs, sizes = off[rows], size[rows]
+            if (offs < 0).any():
+                raise _Fallback
+            fn = builder.decoder.handler(ref.part)
+            try:
+                if fn is None:
+                    cache[ref.part] = [
+                        bytes(v[o : o + s]) for v, o, s in zip(views, offs.tolist(), sizes.tolist())
+                    ]
+                else:
+                    cache[ref.part] = [
+                        fn(v[o : o + s]) for v, o, s in zip(views, offs.tolist(), sizes.tolist())
+                    ]
+            except Exception:
+                raise _Fallback from None
+        fields[name] = batch_values(cache[ref.part])
+    keys = src.keys.take(rows).to_pylist()
+    paths = src.shard_paths
+    restore = [
+        ("Webdataset", paths[s], i)
+        for s, i in zip(src.shard_id[rows].tolist(), src.sample_index[rows].tolist())
+    ]
+    subflavors = None if builder.subflavors is None else [builder.subflavors] * len(rows)
+    return builder.sample_cls(__key__=keys, __restore_key__=restore, __subflavors__=subflavors, **fields)
+
+
+class Assembler:
+    """Builds batches for a BatchDataset: columnar when possible, per sample otherwise (with skip/budget)."""
+
+    def __init__(self, sources, builders, hooks, settings):
+        self.sources, self.builders, self.hooks, self.settings = sources, builders, hooks, settings
+        self.columnar = hooks.is_default and all(b.field_map is not None for b in builders)
+
+    def batch(
+        self, b: int, plan: tuple[np.ndarray, np.ndarray], views: list, skipped: int
+    ) -> tuple[Any, int]:
+        """(batch or None when every sample was skipped, skipped count so far)."""
+        owner, rows = plan
+        if self.columnar and (owner == owner[0]).all():
+            try:
+                return columnar_batch(
+                    self.builders[int(owner[0])], self.sources[int(owner[0])], rows, views
+                ), skipped
+            except _Fallback:
+                pass
+        samples = []
+        for slot, (d, row, view) in enumerate(zip(owner.tolist(), rows.tolist(), views)):
+            src = self.sources[d]
+            try:
+                key, parts = sample_parts(src, row, view)
+                shard = src.shard_paths[src.shard_id[row]]
+                sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]))
+                seed = self.settings.seed * 1_000_003 + b * 65_537 + slot
+                samples.extend(self.hooks.sample(sample, seed, src))
+            except (DecodeError, MissingPartError) as exc:
+                if not self.settings.skip_errors:
+                    raise
+                skipped += 1
+                if skipped > self.settings.error_budget:
+                    raise ErrorBudgetExceeded(
+                        f"{skipped} samples skipped, over the error budget of {self.settings.error_budget}; "
+                        f"last: {exc}"
+                    ) from exc
+        return (self.hooks.batch(samples) if samples else None), skipped
