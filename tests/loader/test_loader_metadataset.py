@@ -1,0 +1,100 @@
+"""MetadatasetV2: blend weights, blend_epochized repetitions, subflavors, subset ranges, split_part."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import energon_arrow as ea
+from energon_arrow.loader.errors import LoaderError
+
+
+class RawTE(ea.DefaultTaskEncoder):
+    decoder = None
+
+
+def _mds(tmp_path, body: str) -> str:
+    path = tmp_path / "mds.yaml"
+    path.write_text("__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n" + body)
+    return str(path)
+
+
+def _keys(path, n_batches, batch=8, split="train", **kw):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    get = ea.get_train_dataset if split == "train" else ea.get_val_dataset
+    ds = get(path, worker_config=wc, batch_size=batch, task_encoder=RawTE(), split_part=split, **kw)
+    it = iter(ea.get_loader(ds))
+    out = [next(it) for _ in range(n_batches)] if n_batches else list(it)
+    it.close()
+    return out
+
+
+def test_blend_weights_subsets_and_subflavors(tmp_path, prepared_root):
+    path = _mds(
+        tmp_path,
+        f"""  train:
+    blend:
+      - weight: 3
+        path: {prepared_root}
+        subset: {{range: [0, 40]}}
+        subflavors: {{src: a}}
+      - weight: 1
+        path: {prepared_root}
+        subset: {{range: ["50%", end]}}
+        subflavors: {{src: b}}
+""",
+    )
+    batches = _keys(path, 20)
+    flavors = collections.Counter(f["src"] for b in batches for f in b.__subflavors__)
+    assert flavors == {"a": 120, "b": 40}
+    keys_a = {k for b in batches for k, f in zip(b.__key__, b.__subflavors__) if f["src"] == "a"}
+    keys_b = {k for b in batches for k, f in zip(b.__key__, b.__subflavors__) if f["src"] == "b"}
+    assert all(k.startswith("000000_") for k in keys_a)  # rows 0..39 = the first train shard
+    assert all(k.startswith("000002_") or k.startswith("000001_0000") for k in keys_b)  # rows 60..119
+
+
+def test_blend_epochized_repetitions(tmp_path, prepared_root):
+    path = _mds(
+        tmp_path,
+        f"""  train:
+    blend_epochized:
+      - repetitions: 2
+        path: {prepared_root}
+        subset: {{range: [0, 20]}}
+        subflavors: {{src: a}}
+      - repetitions: 1
+        path: {prepared_root}
+        subset: {{range: [20, 60]}}
+        subflavors: {{src: b}}
+""",
+    )
+    batches = _keys(path, 10)  # 80 samples = one epoch of 2 x 20 + 1 x 40
+    seen = collections.Counter((f["src"], k) for b in batches for k, f in zip(b.__key__, b.__subflavors__))
+    assert sum(v for (s, _), v in seen.items() if s == "a") == 40
+    assert set(seen.values()) == {1, 2}
+    assert all(v == 2 for (s, _), v in seen.items() if s == "a")
+
+
+def test_val_split_part_and_single_dataset(tmp_path, prepared_root):
+    path = _mds(
+        tmp_path,
+        f"""  val:
+    path: {prepared_root}
+    split_part: train
+    subset: {{range: [5, 12]}}
+""",
+    )
+    keys = [k for b in _keys(path, 0, batch=3, split="val") for k in b.__key__]
+    assert keys == [f"000000_{i:06d}" for i in range(5, 12)]
+
+
+def test_metadataset_errors(tmp_path, prepared_root):
+    with pytest.raises(LoaderError, match="no split 'train'"):
+        _keys(_mds(tmp_path, f"  val:\n    path: {prepared_root}\n"), 1)
+    with pytest.raises(LoaderError, match="'join' metadatasets are not supported"):
+        _keys(_mds(tmp_path, "  train:\n    join: []\n"), 1)
+    with pytest.raises(LoaderError, match="subset range \\[0, 1000\\) outside"):
+        _keys(_mds(tmp_path, f"  train:\n    path: {prepared_root}\n    subset: {{range: [0, 1000]}}\n"), 1)
+    with pytest.raises(LoaderError, match=r"unsupported entry keys \['colour'\]"):
+        _keys(_mds(tmp_path, f"  train:\n    path: {prepared_root}\n    colour: red\n"), 1)
