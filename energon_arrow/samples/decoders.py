@@ -40,7 +40,10 @@ def decode_npy(data) -> np.ndarray:
     buf = memoryview(data)
     stream = io.BytesIO(buf[:4096].tobytes() if len(buf) > 4096 else bytes(buf))
     version = np.lib.format.read_magic(stream)
-    shape, fortran, dtype = np.lib.format._read_array_header(stream, version)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+    else:
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
     count = int(np.prod(shape, dtype=np.int64))
     arr = np.frombuffer(buf, dtype=dtype, count=count, offset=stream.tell())
     return arr.reshape(shape, order="F" if fortran else "C")
