@@ -10,6 +10,7 @@ Datasets (64 shards x 1,000 samples, and 640 x 1,000 for the RSS check) are gene
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -30,14 +31,29 @@ def _dataset(root: str, shards: int, per_shard: int) -> str:
     shutil.rmtree(root, ignore_errors=True)
     write_webdataset(root, shards=shards, samples_per_shard=per_shard, image_bytes=2048)
     subprocess.run(
-        [shutil.which("energon"), "prepare", root, "--non-interactive", "--split-ratio", "1,0,0", "--no-progress",
-         "--num-workers", "2", "--sample-type", "CaptioningSample",
-         "--field-map", '{"image": "jpg", "caption": "txt"}'],
-        check=True, capture_output=True,
+        [
+            shutil.which("energon"),
+            "prepare",
+            root,
+            "--non-interactive",
+            "--split-ratio",
+            "1,0,0",
+            "--no-progress",
+            "--num-workers",
+            "2",
+            "--sample-type",
+            "CaptioningSample",
+            "--field-map",
+            '{"image": "jpg", "caption": "txt"}',
+        ],
+        check=True,
+        capture_output=True,
     )
     from energon_arrow.query import open_dataset
 
-    open_dataset(root).close()  # side index converted from index.sqlite and published once, outside the timing
+    open_dataset(
+        root
+    ).close()  # side index converted from index.sqlite and published once, outside the timing
     return root
 
 
@@ -49,8 +65,15 @@ def _epoch_ours(root: str) -> float:
 
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
     t0 = time.perf_counter()
-    ds = ea.get_train_dataset(root, worker_config=wc, batch_size=BATCH, shuffle_buffer_size=100,
-                              max_samples_per_sequence=100, task_encoder=TE(), repeat=False)
+    ds = ea.get_train_dataset(
+        root,
+        worker_config=wc,
+        batch_size=BATCH,
+        shuffle_buffer_size=100,
+        max_samples_per_sequence=100,
+        task_encoder=TE(),
+        repeat=False,
+    )
     n = sum(len(b.__key__) for b in ea.get_loader(ds))
     return n / (time.perf_counter() - t0)
 
@@ -63,8 +86,15 @@ def _epoch_energon(root: str) -> float:
 
     wc = WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
     t0 = time.perf_counter()
-    ds = get_train_dataset(root, worker_config=wc, batch_size=BATCH, shuffle_buffer_size=100,
-                           max_samples_per_sequence=100, task_encoder=TE(), repeat=False)
+    ds = get_train_dataset(
+        root,
+        worker_config=wc,
+        batch_size=BATCH,
+        shuffle_buffer_size=100,
+        max_samples_per_sequence=100,
+        task_encoder=TE(),
+        repeat=False,
+    )
     n = sum(len(b.__key__) for b in get_loader(ds))
     return n / (time.perf_counter() - t0)
 
@@ -119,18 +149,22 @@ def _peak_worker_rss(root: str, batches: int) -> float:
         decoder = None
 
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
-    ds = ea.get_train_dataset(root, worker_config=wc, batch_size=BATCH, shuffle_buffer_size=100,
-                              max_samples_per_sequence=100, task_encoder=TE())
+    ds = ea.get_train_dataset(
+        root,
+        worker_config=wc,
+        batch_size=BATCH,
+        shuffle_buffer_size=100,
+        max_samples_per_sequence=100,
+        task_encoder=TE(),
+    )
     peak, stop = [0], threading.Event()
     me = psutil.Process()
 
     def watch():
         while not stop.is_set():
             for child in me.children(recursive=True):
-                try:
+                with contextlib.suppress(psutil.Error):
                     peak[0] = max(peak[0], child.memory_info().rss)
-                except psutil.Error:
-                    pass
             time.sleep(0.02)
 
     t = threading.Thread(target=watch, daemon=True)
@@ -152,14 +186,29 @@ def run(args) -> list[Comparison]:
     out = []
 
     ours, ref = alternate(lambda: _epoch_ours(root), lambda: _epoch_energon(root), repeats)
-    out.append(Comparison(f"full epoch, {shards}x{per_shard}, raw bytes, batch {BATCH}, {WORKERS} workers",
-                          "samples/s", ours, ref, target=5.0))
+    out.append(
+        Comparison(
+            f"full epoch, {shards}x{per_shard}, raw bytes, batch {BATCH}, {WORKERS} workers",
+            "samples/s",
+            ours,
+            ref,
+            target=5.0,
+        )
+    )
 
     names = _keys(root, 1000 if args.quick else 10_000)
     ours, ref = alternate(lambda: _random_ours(root, names), lambda: _random_energon(root, names), repeats)
     setup = _store_setup_ours(root)
-    out.append(Comparison(f"{len(names)} random part reads by key (PartStore vs WebdatasetFileStore)", "s",
-                          ours, ref, target=10.0, notes={"ours_one_time_setup_s": round(setup, 3)}))
+    out.append(
+        Comparison(
+            f"{len(names)} random part reads by key (PartStore vs WebdatasetFileStore)",
+            "s",
+            ours,
+            ref,
+            target=10.0,
+            notes={"ours_one_time_setup_s": round(setup, 3)},
+        )
+    )
 
     big_shards = shards * 10
     big = _dataset(f"{base}/ds-{big_shards}x{per_shard}", big_shards, per_shard)
@@ -167,7 +216,15 @@ def run(args) -> list[Comparison]:
     small_rss = [_peak_worker_rss(root, n_batches) for _ in range(repeats)]
     big_rss = [_peak_worker_rss(big, n_batches) for _ in range(repeats)]
     # "reference" here is the 10x larger dataset: ratio = small / big peak RSS (1.0 = perfectly flat)
-    out.append(Comparison(f"peak RSS per worker (MiB): {shards}x{per_shard} (ours) vs {big_shards}x{per_shard} "
-                          "(reference column), energon-arrow both", "MiB/worker", small_rss, big_rss, target=0.9,
-                          notes={"meaning": "ratio = RSS on the small dataset / RSS on the 10x dataset; 1.0 is flat"}))
+    out.append(
+        Comparison(
+            f"peak RSS per worker (MiB): {shards}x{per_shard} (ours) vs {big_shards}x{per_shard} "
+            "(reference column), energon-arrow both",
+            "MiB/worker",
+            small_rss,
+            big_rss,
+            target=0.9,
+            notes={"meaning": "ratio = RSS on the small dataset / RSS on the 10x dataset; 1.0 is flat"},
+        )
+    )
     return out

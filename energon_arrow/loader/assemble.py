@@ -74,11 +74,11 @@ def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, v
         fields[name] = batch_values(cache[ref.part])
     keys = src.keys.take(rows).to_pylist()
     paths = src.shard_paths
-    restore = [
+    restore = tuple(
         ("Webdataset", paths[s], i)
         for s, i in zip(src.shard_id[rows].tolist(), src.sample_index[rows].tolist())
-    ]
-    subflavors = None if builder.subflavors is None else [builder.subflavors] * len(rows)
+    )
+    subflavors = [dict(builder.subflavors) for _ in range(len(rows))]
     return builder.sample_cls(__key__=keys, __restore_key__=restore, __subflavors__=subflavors, **fields)
 
 

@@ -53,7 +53,7 @@ class SampleBuilder:
     ):
         self.where = storage.url_of(DATASET_YAML)
         self.decoder = decoder
-        self.subflavors = {**(config.subflavors or {}), **(subflavors or {})} or None
+        self.subflavors = {**(config.subflavors or {}), **(subflavors or {})}  # energon: {} when none
         self.field_map = None
         self.sample_loader = None
         self.part_filter = None
@@ -96,14 +96,14 @@ class SampleBuilder:
                     decoded[ref.part] = self._decode(ref.part, parts[ref.part], shard, key)
                 fields[name] = ref.resolve(decoded[ref.part], shard, key) if ref.path else decoded[ref.part]
             return self.sample_cls(
-                __key__=key, __restore_key__=restore, __subflavors__=self.subflavors, **fields
+                __key__=key, __restore_key__=restore, __subflavors__=dict(self.subflavors), **fields
             )
         raw = {
             part: self._decode(part, data, shard, key)
             for part, data in parts.items()
             if self.part_filter is None or self.part_filter(part)
         }
-        raw.update(__key__=key, __restore_key__=restore, __subflavors__=self.subflavors)
+        raw.update(__key__=key, __restore_key__=restore, __subflavors__=dict(self.subflavors))
         if self.crude:
             return CrudeSample(raw)
         fields = self.sample_loader(raw)
@@ -113,7 +113,7 @@ class SampleBuilder:
             )
         fields.setdefault("__key__", key)
         fields.setdefault("__restore_key__", restore)
-        fields.setdefault("__subflavors__", self.subflavors)
+        fields.setdefault("__subflavors__", dict(self.subflavors))
         try:
             return self.sample_cls(**fields)
         except TypeError as exc:

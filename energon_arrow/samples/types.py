@@ -199,6 +199,8 @@ def batch_samples(samples: list) -> Any:
             values = [getattr(s, f.name) for s in samples]
             if f.name == "__subflavors__":
                 kwargs[f.name] = values if any(v is not None for v in values) else None
+            elif f.name == "__restore_key__":
+                kwargs[f.name] = tuple(values)
             elif f.name == "__sources__":
                 kwargs[f.name] = tuple(x for v in values if v for x in v) if any(values) else None
             else:
