@@ -1,6 +1,6 @@
 """Host-to-device transfer stage shared by every loader (WebDataset loader, Nanoset token loader).
 
-`DeviceTransfer` takes batches that are nested dicts / lists / tuples of tensors (other leaves pass through
+`DeviceTransfer` takes batches that are nested dicts / lists / tuples / dataclasses of tensors (other leaves pass through
 untouched) and hands them back on the target device.
 
 - With CUDA available (and a CUDA target device): each batch is copied into a *preallocated pinned* host buffer
@@ -18,6 +18,7 @@ untouched) and hands them back on the target device.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -33,6 +34,9 @@ def _leaves(obj: Any, out: list[torch.Tensor]) -> None:
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             _leaves(v, out)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _leaves(getattr(obj, f.name), out)
 
 
 def _rebuild(obj: Any, it: Iterator[torch.Tensor]) -> Any:
@@ -45,6 +49,10 @@ def _rebuild(obj: Any, it: Iterator[torch.Tensor]) -> Any:
         return type(obj)(*(_rebuild(v, it) for v in obj))
     if isinstance(obj, (list, tuple)):
         return type(obj)(_rebuild(v, it) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(
+            obj, **{f.name: _rebuild(getattr(obj, f.name), it) for f in dataclasses.fields(obj)}
+        )
     return obj
 
 

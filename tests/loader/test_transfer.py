@@ -28,6 +28,17 @@ def test_leaves_roundtrip_keeps_structure():
     assert torch.equal(doubled["tokens"], b["tokens"] * 2)
 
 
+def test_leaves_of_dataclass_batches():
+    from energon_arrow.samples.types import CaptioningSample
+
+    b = CaptioningSample(
+        __key__=["a"], __restore_key__=(("W", "s", 0),), image=torch.ones(1, 2), caption=["c"]
+    )
+    assert [tuple(t.shape) for t in tensor_leaves(b)] == [(1, 2)]
+    out = replace_leaves(b, [torch.zeros(1, 2)])
+    assert isinstance(out, CaptioningSample) and float(out.image.sum()) == 0 and out.caption == ["c"]
+
+
 def test_cpu_path_has_no_pinning_and_no_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
