@@ -1,5 +1,6 @@
 """`Loader`: iterates a `BatchDataset` through torch DataLoader workers, keeps an exact, plain resume state, and
-optionally hands batches to a device through the pinned transfer stage.
+hands batches to the GPU through the pinned transfer stage when CUDA is available (`device=None`: the current CUDA
+device if any, else batches stay on the host; `device="cpu"` keeps them on the host).
 
 State: `{"version", "next_batch", "settings": {...}}` - JSON-able, no sample data. The batch sequence depends only
 on the settings (seed, global batch size, ...), so a state saved with W ranks x K workers resumes exactly with any
@@ -41,7 +42,7 @@ class Loader:
         dataset: BatchDataset,
         num_workers: int = 2,
         prefetch_factor: int = 2,
-        device: str | torch.device | None = "cpu",
+        device: str | torch.device | None = None,
         timeout: float = 0,
     ):
         if num_workers < 0:
