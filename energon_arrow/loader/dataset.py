@@ -7,8 +7,6 @@ round-robin hands them out in global order whatever K is.
 
 from __future__ import annotations
 
-import inspect
-import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,13 +18,12 @@ import torch
 from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.hooks import TaskHooks
 from energon_arrow.loader.order import EpochCache
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
-from energon_arrow.samples.cookers import select_cooker
 from energon_arrow.samples.decoders import PartDecoder
-from energon_arrow.samples.types import batch_samples
 
 
 @dataclass
@@ -56,62 +53,6 @@ class LoaderSettings:
             "shuffle_buffer": self.shuffle_buffer,
             "drop_last": self.drop_last,
         }
-
-
-def cook_kwargs(cook, source: SplitSource) -> dict:
-    """The aux stores (and `primary`) a cook function asks for by keyword."""
-    params = inspect.signature(cook).parameters
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    kwargs = {k: v for k, v in source.aux.items() if takes_all or k in params}
-    if "primary" in params:
-        from energon_arrow.loader.filestore import PartStore
-
-        if "primary" not in source.aux:
-            source.aux["primary"] = PartStore(source.storage)
-        kwargs["primary"] = source.aux["primary"]
-    return kwargs
-
-
-class TaskHooks:
-    """The task-encoder steps the loader calls (energon's names): cook, encode_sample, batch, encode_batch."""
-
-    def __init__(self, task_encoder: Any = None):
-        self.te = task_encoder
-        self.cookers = list(getattr(task_encoder, "cookers", ()) or ())
-        self.is_default = task_encoder is None or bool(
-            getattr(task_encoder, "is_default_encoding", lambda: False)()
-        )
-
-    def sample(self, sample: Any, position_seed: int, source: SplitSource) -> list:
-        if isinstance(sample, dict) and self.te is None:
-            raise LoaderError(f"{source.name}: CrudeWebdataset needs a task encoder with cookers")
-        if self.te is None:
-            return [sample]
-        if isinstance(sample, dict):
-            if not self.cookers:
-                raise LoaderError(
-                    f"{source.name}: CrudeWebdataset found, but the task encoder has no cookers"
-                )
-            cooker = select_cooker(
-                self.cookers, sample.get("__subflavors__"), f"{source.name} {sample['__key__']!r}"
-            )
-            sample = cooker.cook(sample, **cook_kwargs(cooker.cook, source))
-        fn = self.te.encode_sample
-        if getattr(fn, "__restore_seeds__", False):
-            random.seed(position_seed)
-            np.random.seed(position_seed & 0xFFFFFFFF)
-            torch.manual_seed(position_seed)
-        out = fn(sample)
-        if out is None:
-            return []
-        if hasattr(out, "__next__"):
-            return list(out)
-        return [out]
-
-    def batch(self, samples: list) -> Any:
-        if self.te is None:
-            return batch_samples(samples)
-        return self.te.encode_batch(self.te.batch(samples))
 
 
 class BatchDataset(torch.utils.data.IterableDataset):

@@ -148,3 +148,33 @@ def test_columnar_and_per_sample_paths_agree(prepared_root):
     slow = _take(_loader(prepared_root, batch=6, task_encoder=PerSampleTE()), 5)
     for a, b in zip(fast, slow):
         assert a == b
+
+
+class Flaky(RawTE):
+    @ea.stateless(failure_tolerance=2)
+    def encode_sample(self, sample):
+        if sample.__key__.endswith(("_000003", "_000004")):
+            raise ValueError("flaky")
+        return sample
+
+
+class Noisy(RawTE):
+    @ea.stateless(restore_seeds=True)
+    def encode_sample(self, sample):
+        sample.caption = torch.rand(1).item()
+        return sample
+
+
+def test_stateless_failure_tolerance(prepared_root):
+    loader = _loader(prepared_root, batch=4, task_encoder=Flaky())
+    with pytest.raises(LoaderError, match=r"failed 3 times \(failure_tolerance=2\)"):
+        _take(loader, 40)
+
+
+def test_stateless_restore_seeds_reproduce_randomness(prepared_root):
+    ref = [b.caption for b in _take(_loader(prepared_root, task_encoder=Noisy()), 6)]
+    first = _loader(prepared_root, task_encoder=Noisy())
+    _take(first, 3)
+    second = _loader(prepared_root, task_encoder=Noisy(), workers=2)
+    second.load_state_dict(first.state_dict())
+    assert [b.caption for b in _take(second, 3)] == ref[3:]
