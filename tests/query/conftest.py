@@ -28,8 +28,10 @@ def energon_prepare(root: str, split_ratio: str = "3,1,0") -> None:
         f.write(TEXT_DATASET_YAML)
 
 
-def make_energon_dataset(root: str, shards: int = 4, samples: int = 12, seed: int = 0, split_ratio="3,1,0"):
-    write_webdataset(root, shards=shards, samples_per_shard=samples, image_bytes=48, seed=seed)
+def make_energon_dataset(
+    root: str, shards: int = 4, samples: int = 12, seed: int = 0, split_ratio="3,1,0", image_bytes: int = 48
+):
+    write_webdataset(root, shards=shards, samples_per_shard=samples, image_bytes=image_bytes, seed=seed)
     energon_prepare(root, split_ratio)
     return root
 
