@@ -45,8 +45,6 @@ def open_aux(name: str, source, storage_options: dict | None = None) -> AuxSourc
 
 def _folder_files(storage: Storage) -> pa.Table:
     infos = [f for f in storage.scan("**/*") if not f.path.startswith(".nv-meta/")]
-    if not infos and not storage.isdir(""):
-        raise FileNotFoundError(f"{storage.url}: auxiliary source does not exist")
     return pa.Table.from_pydict(
         {"path": [f.path for f in infos], "size": [f.size for f in infos]}, schema=FOLDER_SCHEMA
     )
