@@ -9,6 +9,7 @@ import duckdb
 import pyarrow as pa
 
 from energon_arrow.adapters import Storage, open_storage
+from energon_arrow.index.schema import SIDE_INDEX_FILES
 from energon_arrow.meta.info import read_info
 from energon_arrow.meta.split import read_split
 from energon_arrow.query import catalog
@@ -42,7 +43,7 @@ class Dataset:
             self.split_config, list(self.info.shard_counts), storage.url_of(f".nv-meta/{split_config}")
         )
         in_place = side.source in ("parquet", "index.sqlite (converted, published)")
-        base = {name: (None if in_place else table) for name, table in side.tables.items()}
+        base = {name: (None if in_place else side.tables[name]) for name in SIDE_INDEX_FILES}
         self._lock = threading.Lock()
         self._con = catalog.connect(storage, base, splits, excludes)
         self._columns: dict[str, list[str]] | None = None
