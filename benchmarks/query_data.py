@@ -42,10 +42,8 @@ def _tables(n: int, parts: list[str], seed: int) -> tuple[pa.Table, pa.Table, pa
     sizes = rng.integers(1_000, 200_000, size=(n, len(parts))).astype(np.int64)
     padded = (sizes + 511) // 512 * 512 + 512  # header + padded payload per part
     sample_size = padded.sum(axis=1)
-    offsets = np.zeros(n, dtype=np.int64)
-    for s in np.unique(shard):  # cumulative offsets inside each shard
-        m = shard == s
-        offsets[m] = np.concatenate([[0], np.cumsum(sample_size[m])[:-1]])
+    before = np.cumsum(sample_size) - sample_size  # bytes before each sample, over all shards
+    offsets = before - before[shard * PER_SHARD]  # minus the bytes before the shard's first sample
     keys = pa.array([f"{s:06d}_{i:06d}" for s, i in zip(shard.tolist(), index.tolist())])
     samples = pa.table([shard, index, keys, offsets, sample_size], schema=SAMPLES_SCHEMA)
     part_offsets = offsets[:, None] + np.cumsum(padded, axis=1) - padded + 512
