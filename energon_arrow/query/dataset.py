@@ -9,7 +9,7 @@ import duckdb
 import pyarrow as pa
 
 from energon_arrow.adapters import Storage, open_storage
-from energon_arrow.index.schema import SIDE_INDEX_FILES
+from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
 from energon_arrow.meta.info import read_info
 from energon_arrow.meta.split import read_split
 from energon_arrow.query import catalog
@@ -45,6 +45,7 @@ class Dataset:
         in_place = side.source in ("parquet", "index.sqlite (converted, published)")
         base = {name: (None if in_place else side.tables[name]) for name in SIDE_INDEX_FILES}
         self._lock = threading.Lock()
+        self._base = base
         self._con = catalog.connect(storage, base, splits, excludes)
         self._columns: dict[str, list[str]] | None = None
 
@@ -95,9 +96,22 @@ class Dataset:
 
     # ---- frames -------------------------------------------------------------------------------------------
     def _frame(self, name: str):
+        """A LazyFrame scanning the side-index file in place (or the in-memory table of a converted index)."""
         import polars as pl
 
-        return pl.from_arrow(self._internal(f"SELECT * FROM {name}")).lazy()
+        table = self._base[name]
+        if table is not None:
+            return pl.from_arrow(table).lazy()
+        rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
+        if self.storage.is_local:
+            return pl.scan_parquet(self.storage.local_path(rel))
+        import pyarrow.dataset as pads
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        fs = PyFileSystem(FSSpecHandler(self.storage.fs))
+        return pl.scan_pyarrow_dataset(
+            pads.dataset(self.storage.path_of(rel), filesystem=fs, format="parquet")
+        )
 
     @property
     def samples(self):
