@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from energon_arrow.adapters import Storage, open_storage
@@ -20,6 +21,16 @@ from energon_arrow.query.sideindex import load_side_index, verify_shards
 from energon_arrow.query.splits import split_tables
 
 SPLIT_COLUMNS = ["shard_id", "shard_path", "sample_index", "sample_key", "byte_offset", "byte_size"]
+
+
+def in_split_order(table: pa.Table) -> pa.Table:
+    """`table` sorted by (shard_position, sample_index). DuckDB's join usually emits that order already; checking
+    costs one vectorised pass, sorting (only when needed) a lexsort and a take."""
+    pos = table.column("shard_position").to_numpy().astype(np.int64)
+    idx = table.column("sample_index").to_numpy()
+    if len(pos) < 2 or (np.diff(pos) >= 0).all() and ((np.diff(idx) > 0) | (np.diff(pos) > 0)).all():
+        return table
+    return table.take(np.lexsort((idx, pos)))
 
 
 class Dataset:
@@ -143,11 +154,10 @@ class Dataset:
         Columns: shard_id int32, shard_path string, sample_index int64, sample_key string, byte_offset int64,
         byte_size int64 (byte range of the whole sample in its tar, headers included)."""
         self._check_split(name)
-        return self._internal(
-            f"SELECT {', '.join(SPLIT_COLUMNS)} FROM split_samples WHERE split = ? "
-            "ORDER BY shard_position, sample_index",
-            [name],
+        table = self._internal(
+            f"SELECT shard_position, {', '.join(SPLIT_COLUMNS)} FROM split_samples WHERE split = ?", [name]
         )
+        return in_split_order(table).drop_columns(["shard_position"])
 
     def split_parts(self, name: str) -> pa.Table:
         """The parts of `split(name)`'s samples, in the same order (then by content offset): shard_id,

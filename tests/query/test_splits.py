@@ -96,3 +96,16 @@ def test_other_split_config(energon_ds):
         f.write("split_parts:\n  all:\n  - shards/shard-{000000..000003}.tar\n")
     ds = open_dataset(energon_ds, split_config="alt.yaml")
     assert ds.split_names == ["all"] and ds.split("all").num_rows == 48
+
+
+def test_in_split_order_sorts_only_when_needed():
+    import pyarrow as pa
+
+    from energon_arrow.query.dataset import in_split_order
+
+    shuffled = pa.table(
+        {"shard_position": [1, 0, 0, 1], "sample_index": [0, 1, 0, 1], "k": ["c", "b", "a", "d"]}
+    )
+    assert in_split_order(shuffled).column("k").to_pylist() == ["a", "b", "c", "d"]
+    ordered = pa.table({"shard_position": [0, 0, 1], "sample_index": [0, 2, 0], "k": ["a", "b", "c"]})
+    assert in_split_order(ordered) is ordered
