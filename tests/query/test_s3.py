@@ -1,4 +1,4 @@
-"""The query layer on a real S3 server (SeaweedFS): conversion, published Parquet read by DuckDB, staleness."""
+"""The query layer on a real S3 server (SeaweedFS) and memory://: conversion, Parquet read in place, staleness."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import pytest
 
 from energon_arrow.adapters import open_storage
 from energon_arrow.query import StaleIndexError, open_dataset
-
-pytestmark = pytest.mark.s3
 
 
 def upload(local_root: str, url: str, options: dict) -> None:
@@ -22,6 +20,7 @@ def upload(local_root: str, url: str, options: dict) -> None:
                 store.write_atomic(rel, f.read())
 
 
+@pytest.mark.s3
 def test_s3_dataset_end_to_end(energon_ds, s3_root, tmp_path):
     url, options = s3_root
     upload(energon_ds, url, options)
@@ -41,3 +40,13 @@ def test_s3_dataset_end_to_end(energon_ds, s3_root, tmp_path):
     store.write_atomic("shards/shard-000003.tar", store.read_bytes("shards/shard-000003.tar") + b"\0" * 512)
     with pytest.raises(StaleIndexError, match=r"shard-000003\.tar: shard changed since it was indexed"):
         open_dataset(url, options)
+
+
+def test_memory_dataset(energon_ds, memory_root):
+    url, options = memory_root
+    upload(energon_ds, url, options)
+    assert open_dataset(url).index_source == "index.sqlite (converted, published)"
+    ds = open_dataset(url)
+    assert ds.index_source == "parquet" and ds.split("val").num_rows == 12
+    assert ds.sql("SELECT count(*) FROM parts").scalar() == 144
+    assert ds.parts.collect().height == 144
