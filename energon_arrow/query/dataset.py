@@ -86,6 +86,9 @@ class Dataset:
     def sql(self, query: str, params: Any = None, tables: dict[str, Any] | None = None) -> QueryResult:
         """Run read-only DuckDB SQL over the dataset's views. `params` binds `?`/`$name` placeholders; `tables`
         adds Arrow tables / polars or pandas frames as extra views for this query only."""
+        taken = sorted(set(tables or {}) & set(catalog.PUBLIC_VIEWS))
+        if taken:
+            raise QueryError(f"extra tables may not shadow the dataset's views: {', '.join(taken)}")
         with self._lock:
             check_read_only(self._con, query)
             con = self._con

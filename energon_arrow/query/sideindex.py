@@ -87,7 +87,9 @@ def _read_side_index(storage: Storage) -> dict[str, pa.Table]:
         if name != "shards":
             _missing_columns(_read_schema(storage, f"{SIDE_INDEX_DIR}/{name}.parquet"), name, storage)
     schema = SIDE_INDEX_FILES["shards"]
-    return {"shards": shards.select(schema.names).cast(schema).replace_schema_metadata(shards.schema.metadata)}
+    return {
+        "shards": shards.select(schema.names).cast(schema).replace_schema_metadata(shards.schema.metadata)
+    }
 
 
 def _convert(storage: Storage, publish: bool) -> SideIndex:

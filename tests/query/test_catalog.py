@@ -200,3 +200,10 @@ def test_sqlite_disagreeing_with_info_json(energon_ds):
         ValueError, match=r"shard-000003\.tar has 12 samples in index.sqlite but 11 in .info.json"
     ):
         open_dataset(energon_ds)
+
+
+def test_extra_tables_cannot_shadow_views(energon_ds):
+    ds = open_dataset(energon_ds)
+    with pytest.raises(QueryError, match="may not shadow the dataset's views: samples"):
+        ds.sql("SELECT count(*) FROM samples", tables={"samples": pa.table({"x": [1]})})
+    assert ds.sql("SELECT count(*) FROM samples").scalar() == 48
