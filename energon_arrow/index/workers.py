@@ -1,0 +1,71 @@
+"""Indexing many shards at once: processes for local shards, threads (concurrent streams) for object stores.
+
+`index_shards(storage, shards, num_workers, write_tar_idx=True)` yields `(position, ShardIndex | TarFormatError)`
+in input order; each successful shard's `.tar.idx` is written next to it atomically by the worker that read it.
+Storage errors other than bad tar content propagate.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+from collections import deque
+from collections.abc import Iterator
+
+from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
+from energon_arrow.tar import TarFormatError, index_shard
+from energon_arrow.tar.samples import ShardIndex
+
+
+def index_one(storage, rel: str, size: int, write_tar_idx: bool) -> ShardIndex | TarFormatError:
+    try:
+        result = index_shard(storage, rel, size)
+    except TarFormatError as exc:
+        return exc
+    if write_tar_idx:
+        storage.write_atomic(tar_index_name(rel), tar_index_bytes(result.tar_index()))
+    return result
+
+
+def _pool(storage, num_workers: int):
+    if storage.is_local and num_workers > 1:
+        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+        return cf.ProcessPoolExecutor(num_workers, mp_context=ctx)
+    return cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-index")
+
+
+def index_shards(
+    storage, shards: list[tuple[str, int]], num_workers: int, write_tar_idx: bool = True
+) -> Iterator[tuple[int, ShardIndex | TarFormatError]]:
+    if not shards:
+        return
+    if num_workers <= 1 and storage.is_local:
+        for i, (rel, size) in enumerate(shards):
+            yield i, index_one(storage, rel, size, write_tar_idx)
+        return
+    window = max(2, 4 * num_workers)  # bounded look-ahead: results are consumed in order
+    pool = _pool(storage, num_workers)
+    pending: deque = deque()
+    try:
+        it = iter(enumerate(shards))
+        for i, (rel, size) in it:
+            pending.append((i, pool.submit(index_one, storage, rel, size, write_tar_idx)))
+            if len(pending) >= window:
+                break
+        while pending:
+            i, fut = pending.popleft()
+            result = fut.result()
+            nxt = next(it, None)
+            if nxt is not None:
+                j, (rel, size) = nxt
+                pending.append((j, pool.submit(index_one, storage, rel, size, write_tar_idx)))
+            yield i, result
+    finally:
+        for _, fut in pending:
+            fut.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def default_workers() -> int:
+    return max(1, min(16, os.cpu_count() or 1))
