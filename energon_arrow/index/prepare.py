@@ -18,8 +18,9 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow.compute as pc
 
@@ -27,7 +28,7 @@ from energon_arrow.adapters import open_storage
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.side_index import SideIndexWriter, read_side_index
 from energon_arrow.index.sqlite_writer import DuplicateKeyError, SqliteIndexWriter
-from energon_arrow.index.workers import default_workers, index_shards
+from energon_arrow.index.workers import default_workers, index_shards, write_tar_index
 from energon_arrow.meta import (
     DATASET_YAML,
     INDEX_SQLITE,
@@ -40,6 +41,7 @@ from energon_arrow.meta import (
     DatasetYaml,
     MetaError,
     SplitConfig,
+    check_field_map,
     dataset_yaml_bytes,
     info_json_bytes,
     new_index_uuid,
@@ -48,7 +50,6 @@ from energon_arrow.meta import (
     read_info,
     sample_loader_py,
     split_yaml_bytes,
-    tar_index_bytes,
     tar_index_name,
     unmatched_parts,
 )
@@ -100,7 +101,47 @@ class PrepareResult:
         return d
 
 
-ProgressFn = Callable[[str, int, int], None]  # (shard path, samples, bytes) per finished shard
+class Progress(Protocol):
+    """What prepare reports while it runs (the CLI draws a progress bar from it)."""
+
+    def start(self, shards: int, nbytes: int) -> None: ...
+
+    def advance(self, path: str, samples: int, nbytes: int) -> None: ...
+
+
+Indexer = Callable[[object, list[tuple[str, int]], int], Iterator[tuple[int, object]]]
+
+
+@dataclass
+class Plan:
+    """Which shards a prepare covers and which of them must be read (the rest reuse the previous rows)."""
+
+    shards: list  # FileInfo, in tar_file_id order
+    files: dict[str, int]  # every file below the root -> size
+    previous: object  # SideIndex | None
+    reuse: dict[str, bool]
+    to_index: list[tuple[str, int]]
+    removed: int
+
+
+def plan_prepare(storage, options: PrepareOptions) -> Plan:
+    shards, files = discover_shards(storage, options.exclude)
+    if not shards:
+        raise MetaError(
+            f"{storage.url}: no .tar shards found"
+            + (f" (after --exclude {options.exclude!r})" if options.exclude else "")
+        )
+    previous = None if options.force else read_side_index(storage)
+    reuse: dict[str, bool] = {}
+    for f in shards:
+        ident = previous.identity(f.path) if previous else None
+        reuse[f.path] = ident is not None and ident == (f.size, f.mtime, f.etag)
+    removed = 0
+    if previous is not None:
+        current = {f.path for f in shards}
+        removed = sum(1 for p in previous.shards.column("path").to_pylist() if p not in current)
+    to_index = [(f.path, f.size) for f in shards if not reuse[f.path]]
+    return Plan(shards, files, previous, reuse, to_index, removed)
 
 
 def _split(names: list[str], options: PrepareOptions, result: PrepareResult) -> dict[str, list[str]]:
@@ -143,8 +184,11 @@ def prepare_dataset(
     url,
     options: PrepareOptions | None = None,
     storage_options: dict | None = None,
-    progress: ProgressFn | None = None,
+    progress: Progress | None = None,
+    indexer: Indexer | None = None,
 ) -> PrepareResult:
+    """Prepare the dataset at `url`. `indexer(storage, [(path, size)], workers)` replaces the local shard
+    indexing (it must yield `(position, ShardIndex | TarFormatError)` in order; used by torchrun mode)."""
     options = options or PrepareOptions()
     start = time.perf_counter()
     storage = open_storage(url, storage_options)
@@ -153,29 +197,25 @@ def prepare_dataset(
         return _tar_index_only(storage, options, result, progress, start)
     if options.split_parts is None and options.split_ratio is None:
         raise MetaError("a split is required: give --split-ratio or --split-parts")
-    shards, files = discover_shards(storage, options.exclude)
-    if not shards:
-        raise MetaError(
-            f"{storage.url}: no .tar shards found"
-            + (f" (after --exclude {options.exclude!r})" if options.exclude else "")
-        )
-    previous = None if options.force else read_side_index(storage)
-    reuse: dict[str, bool] = {}
-    for f in shards:
-        ident = previous.identity(f.path) if previous else None
-        reuse[f.path] = ident is not None and ident == (f.size, f.mtime, f.etag)
-    if previous is not None:
-        current = {f.path for f in shards}
-        result.removed = sum(1 for p in previous.shards.column("path").to_pylist() if p not in current)
-    to_index = [(f.path, f.size) for f in shards if not reuse[f.path]]
+    plan = plan_prepare(storage, options)
+    shards, files, previous, reuse, to_index = (
+        plan.shards,
+        plan.files,
+        plan.previous,
+        plan.reuse,
+        plan.to_index,
+    )
+    result.removed = plan.removed
     workers = options.num_workers or default_workers()
     workers = max(1, min(workers, len(to_index) or 1))
+    if progress is not None:
+        progress.start(len(shards), sum(f.size for f in shards))
     build = _build_dir(storage, options.tmp_path)
     sqlite = side = scanned = None
     try:
         sqlite = SqliteIndexWriter(os.path.join(build, INDEX_SQLITE))
         side = SideIndexWriter(build)
-        scanned = index_shards(storage, to_index, workers)
+        scanned = (indexer or index_shards)(storage, to_index, workers)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
         for f in shards:
@@ -184,7 +224,7 @@ def prepare_dataset(
                 result.reused += 1
                 idx_rel = tar_index_name(f.path)
                 if files.get(idx_rel) != 8 * (index.sample_count + 1):
-                    storage.write_atomic(idx_rel, tar_index_bytes(index.tar_index()))
+                    write_tar_index(storage, f.path, index.tar_index())
             else:
                 _, index = next(scanned)
                 result.indexed += 1
@@ -208,7 +248,7 @@ def prepare_dataset(
                 part_types[row["values"]] += row["counts"]
             result.bytes += f.size
             if progress is not None:
-                progress(f.path, index.sample_count, f.size)
+                progress.advance(f.path, index.sample_count, f.size)
         if not counts:
             raise MetaError(f"{storage.url}: no valid shard left to index ({len(result.bad_shards)} bad)")
         names = list(counts)
@@ -220,6 +260,8 @@ def prepare_dataset(
         files_out[INFO_JSON] = info_json_bytes(DatasetInfo(counts))
         files_out[SPLIT_YAML] = split_yaml_bytes(SplitConfig(split))
         if options.dataset_yaml is not None:
+            if options.dataset_yaml.field_map is not None:
+                check_field_map(options.dataset_yaml.sample_type, options.dataset_yaml.field_map, part_types)
             files_out[options.dataset_yaml_name] = dataset_yaml_bytes(options.dataset_yaml)
             if options.dataset_yaml.sample_loader and not storage.exists(f"{META_DIR}/{SAMPLE_LOADER_PY}"):
                 files_out[SAMPLE_LOADER_PY] = sample_loader_py(
@@ -257,6 +299,8 @@ def _tar_index_only(storage, options, result, progress, start) -> PrepareResult:
         names = [n for n in names if not pattern.search(n)]
     sizes = [(n, storage.stat(n).size) for n in names]
     workers = max(1, min(options.num_workers or default_workers(), len(sizes) or 1))
+    if progress is not None:
+        progress.start(len(sizes), sum(size for _, size in sizes))
     for i, index in index_shards(storage, sizes, workers):
         path, size = sizes[i]
         result.indexed += 1
@@ -275,6 +319,6 @@ def _tar_index_only(storage, options, result, progress, start) -> PrepareResult:
         result.parts += index.part_count
         result.bytes += size
         if progress is not None:
-            progress(path, index.sample_count, size)
+            progress.advance(path, index.sample_count, size)
     result.seconds = time.perf_counter() - start
     return result

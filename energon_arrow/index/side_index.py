@@ -23,6 +23,7 @@ from energon_arrow.adapters import NotFound
 from energon_arrow.index.schema import PARTS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA, SIDE_INDEX_DIR
 from energon_arrow.tar.samples import ShardIndex
 
+_ROW_GROUP_ROWS = 1 << 20
 SIDE_INDEX_NAMES = {name: f"arrow/{name}.parquet" for name in ("shards", "samples", "parts")}
 
 
@@ -39,11 +40,23 @@ class SideIndexWriter:
         self._samples = pq.ParquetWriter(self.paths["samples"], SAMPLES_SCHEMA, **opts)
         self._parts = pq.ParquetWriter(self.paths["parts"], PARTS_SCHEMA, **opts)
         self._shards: list[tuple] = []
+        self._pending: dict[str, list[pa.Table]] = {"samples": [], "parts": []}
+        self._pending_rows = 0
+
+    def _flush(self, force: bool = False) -> None:
+        """Row groups of about 1M parts: one per shard would make small, slow-to-write groups."""
+        if not force and self._pending_rows < _ROW_GROUP_ROWS:
+            return
+        for name, writer in (("samples", self._samples), ("parts", self._parts)):
+            if self._pending[name]:
+                writer.write_table(pa.concat_tables(self._pending[name]), row_group_size=1 << 22)
+                self._pending[name] = []
+        self._pending_rows = 0
 
     def add_shard(self, shard_id: int, path: str, size: int, mtime, etag, index: ShardIndex) -> None:
         n, m = index.sample_count, index.part_count
         ids_n = pa.array(np.full(n, shard_id, dtype=np.int32))
-        self._samples.write_table(
+        self._pending["samples"].append(
             _table(
                 SAMPLES_SCHEMA,
                 [
@@ -55,7 +68,7 @@ class SideIndexWriter:
                 ],
             )
         )
-        self._parts.write_table(
+        self._pending["parts"].append(
             _table(
                 PARTS_SCHEMA,
                 [
@@ -70,8 +83,11 @@ class SideIndexWriter:
             )
         )
         self._shards.append((shard_id, path, n, size, mtime, etag, index.data_end))
+        self._pending_rows += m
+        self._flush()
 
     def close(self) -> dict[str, str]:
+        self._flush(force=True)
         self._samples.close()
         self._parts.close()
         cols = list(zip(*self._shards)) if self._shards else [[] for _ in SHARDS_SCHEMA]

@@ -8,11 +8,13 @@ Storage errors other than bad tar content propagate.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing as mp
 import os
 from collections import deque
 from collections.abc import Iterator
 
+from energon_arrow.adapters.errors import classify
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
@@ -24,8 +26,27 @@ def index_one(storage, rel: str, size: int, write_tar_idx: bool) -> ShardIndex |
     except TarFormatError as exc:
         return exc
     if write_tar_idx:
-        storage.write_atomic(tar_index_name(rel), tar_index_bytes(result.tar_index()))
+        write_tar_index(storage, rel, result.tar_index())
     return result
+
+
+def write_tar_index(storage, rel: str, offsets) -> None:
+    """Write `<rel>.idx` next to the tar: temporary name, then rename (local) or one PUT (object stores).
+    Local files are not fsynced: a crash leaves the old or the new complete file, which prepare rewrites."""
+    data = tar_index_bytes(offsets)
+    if not storage.is_local:
+        storage.write_atomic(tar_index_name(rel), data)
+        return
+    path = storage.local_path(tar_index_name(rel))
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise classify(exc, storage.url_of(tar_index_name(rel))) from None
 
 
 def _pool(storage, num_workers: int):
