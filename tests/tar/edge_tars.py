@@ -51,8 +51,9 @@ EDGE_MEMBERS = [
 ]
 
 
-def edge_tar(fmt=tarfile.PAX_FORMAT) -> bytes:
-    return build_tar(EDGE_MEMBERS, fmt)
+def edge_tar(fmt=tarfile.PAX_FORMAT, prefix: str = "") -> bytes:
+    """The edge members; `prefix` is put before every name (to keep keys unique across shards)."""
+    return build_tar([(prefix + m[0], *m[1:]) for m in EDGE_MEMBERS], fmt)
 
 
 def energon_view(data: bytes):
