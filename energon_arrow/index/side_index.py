@@ -103,6 +103,25 @@ class SideIndexWriter:
                 w.close()
 
 
+def drop_side_shards(paths: dict[str, str], drop: set[str]) -> None:
+    """Rewrite closed side-index files without the shards whose path is in `drop`, renumbering shard ids."""
+    files = {name: paths[rel] for name, rel in SIDE_INDEX_NAMES.items()}
+    shards = pq.read_table(files["shards"])
+    keep = np.array([p not in drop for p in shards.column("path").to_pylist()])
+    old_ids = shards.column("shard_id").to_numpy()
+    remap = np.full(int(old_ids.max()) + 1 if len(old_ids) else 0, -1, dtype=np.int32)
+    remap[old_ids[keep]] = np.arange(int(keep.sum()), dtype=np.int32)
+    shards = shards.filter(pa.array(keep)).set_column(
+        0, "shard_id", pa.array(remap[old_ids[keep]], pa.int32())
+    )
+    pq.write_table(shards, files["shards"], compression="zstd")
+    for name in ("samples", "parts"):
+        table = pq.read_table(files[name])
+        new_ids = remap[table.column("shard_id").to_numpy()]
+        table = table.set_column(0, "shard_id", pa.array(new_ids, pa.int32())).filter(pa.array(new_ids >= 0))
+        pq.write_table(table, files[name], compression="zstd")
+
+
 @dataclass
 class SideIndex:
     shards: pa.Table

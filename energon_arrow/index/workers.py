@@ -1,6 +1,6 @@
 """Indexing many shards at once: processes for local shards, threads (concurrent streams) for object stores.
 
-`index_shards(storage, shards, num_workers, write_tar_idx=True)` yields `(position, ShardIndex | TarFormatError)`
+`index_shards(storage, shards, num_workers, write_tar_idx=True, shard_ids=None, scratch=None)` yields `(position, ShardIndex | TarFormatError)`
 in input order; each successful shard's `.tar.idx` is written next to it atomically by the worker that read it.
 Storage errors other than bad tar content propagate.
 """
@@ -15,18 +15,23 @@ from collections import deque
 from collections.abc import Iterator
 
 from energon_arrow.adapters.errors import classify
+from energon_arrow.index.sqlite_writer import scratch_writer
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
 
 
-def index_one(storage, rel: str, size: int, write_tar_idx: bool) -> ShardIndex | TarFormatError:
+def index_one(
+    storage, rel: str, size: int, write_tar_idx: bool, shard_id: int, scratch: str | None
+) -> ShardIndex | TarFormatError:
     try:
         result = index_shard(storage, rel, size)
     except TarFormatError as exc:
         return exc
     if write_tar_idx:
         write_tar_index(storage, rel, result.tar_index())
+    if scratch is not None:
+        scratch_writer(scratch).add(shard_id, result)
     return result
 
 
@@ -57,13 +62,21 @@ def _pool(storage, num_workers: int):
 
 
 def index_shards(
-    storage, shards: list[tuple[str, int]], num_workers: int, write_tar_idx: bool = True
+    storage,
+    shards: list[tuple[str, int]],
+    num_workers: int,
+    write_tar_idx: bool = True,
+    shard_ids: list[int] | None = None,
+    scratch: str | None = None,
 ) -> Iterator[tuple[int, ShardIndex | TarFormatError]]:
+    """With `scratch`, each shard's rows also go to the indexing process's scratch database (`sqlite_writer`)
+    under `shard_ids[i]`."""
     if not shards:
         return
+    ids = shard_ids if shard_ids is not None else list(range(len(shards)))
     if num_workers <= 1 and storage.is_local:
         for i, (rel, size) in enumerate(shards):
-            yield i, index_one(storage, rel, size, write_tar_idx)
+            yield i, index_one(storage, rel, size, write_tar_idx, ids[i], scratch)
         return
     window = max(2, 4 * num_workers)  # bounded look-ahead: results are consumed in order
     pool = _pool(storage, num_workers)
@@ -71,7 +84,7 @@ def index_shards(
     try:
         it = iter(enumerate(shards))
         for i, (rel, size) in it:
-            pending.append((i, pool.submit(index_one, storage, rel, size, write_tar_idx)))
+            pending.append((i, pool.submit(index_one, storage, rel, size, write_tar_idx, ids[i], scratch)))
             if len(pending) >= window:
                 break
         while pending:
@@ -80,7 +93,9 @@ def index_shards(
             nxt = next(it, None)
             if nxt is not None:
                 j, (rel, size) = nxt
-                pending.append((j, pool.submit(index_one, storage, rel, size, write_tar_idx)))
+                pending.append(
+                    (j, pool.submit(index_one, storage, rel, size, write_tar_idx, ids[j], scratch))
+                )
             yield i, result
     finally:
         for _, fut in pending:
