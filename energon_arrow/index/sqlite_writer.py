@@ -144,7 +144,7 @@ def _attach_all(db, paths):
 
 def find_duplicate(paths: list[str], keep: set[int] | None) -> tuple[str, int, int] | None:
     """(key, first shard id, later shard id) of a key present in two kept shards, or None."""
-    with contextlib.closing(sqlite3.connect(":memory:")) as db:
+    with contextlib.closing(sqlite3.connect(":memory:", isolation_level=None)) as db:
         for i in range(0, len(paths), 8):
             chunk = paths[i : i + 8]
             _attach_all(db, chunk)
