@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -56,10 +57,24 @@ def _splits(root):
 
 CASES = {
     "ratio": (["--split-ratio", "6,2,1"], {"split_ratio": parse_split_ratio("6,2,1")}),
-    "shuffled": (["--split-ratio", "6,2,1", "--shuffle-tars"], {"split_ratio": parse_split_ratio("6,2,1"), "shuffle_tars": True}),
+    "shuffled": (
+        ["--split-ratio", "6,2,1", "--shuffle-tars"],
+        {"split_ratio": parse_split_ratio("6,2,1"), "shuffle_tars": True},
+    ),
     "parts": (
-        ["--split-parts", "train:shards/.*0[0-4]", "--split-parts", "val:shards/shard-00000[56]", "--split-parts", "test:edge"],
-        {"split_parts": parse_split_parts(["train:shards/.*0[0-4]", "val:shards/shard-00000[56]", "test:edge"])},
+        [
+            "--split-parts",
+            "train:shards/.*0[0-4]",
+            "--split-parts",
+            "val:shards/shard-00000[56]",
+            "--split-parts",
+            "test:edge",
+        ],
+        {
+            "split_parts": parse_split_parts(
+                ["train:shards/.*0[0-4]", "val:shards/shard-00000[56]", "test:edge"]
+            )
+        },
     ),
 }
 
@@ -73,16 +88,15 @@ def test_same_index_as_energon(source, tmp_path, case):
     prepare_dataset(ours, PrepareOptions(num_workers=2, **opts))
     for table in ("samples", "sample_parts"):
         assert _rows(ours, table) == _rows(ref, table)
-    info = lambda root: open(os.path.join(root, ".nv-meta", ".info.json"), "rb").read()  # noqa: E731
-    assert info(ours) == info(ref)
-    assert json.loads(info(ours))["shard_counts"]
-    for shard in json.loads(info(ref))["shard_counts"]:
-        idx = lambda root: open(os.path.join(root, shard + ".idx"), "rb").read()  # noqa: E731
-        assert idx(ours) == idx(ref), shard
+    info = Path(ours, ".nv-meta", ".info.json").read_bytes()
+    assert info == Path(ref, ".nv-meta", ".info.json").read_bytes()
+    for shard in json.loads(info)["shard_counts"]:
+        assert Path(ours, shard + ".idx").read_bytes() == Path(ref, shard + ".idx").read_bytes(), shard
     assert _splits(ours) == _splits(ref)
-    with sqlite3.connect(os.path.join(ours, ".nv-meta", "index.sqlite")) as a, sqlite3.connect(
-        os.path.join(ref, ".nv-meta", "index.sqlite")
-    ) as b:
+    with (
+        sqlite3.connect(os.path.join(ours, ".nv-meta", "index.sqlite")) as a,
+        sqlite3.connect(os.path.join(ref, ".nv-meta", "index.sqlite")) as b,
+    ):
         schema = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
         assert a.execute(schema).fetchall() == b.execute(schema).fetchall()
 
@@ -103,7 +117,7 @@ def test_energon_loads_our_dataset(source, tmp_path):
     )
     with sqlite3.connect(os.path.join(root, ".nv-meta", "index.sqlite")) as db:
         keys_by_shard = {}
-        names = list(json.load(open(os.path.join(root, ".nv-meta", ".info.json")))["shard_counts"])
+        names = list(json.loads(Path(root, ".nv-meta", ".info.json").read_bytes())["shard_counts"])
         for tar_id, key in db.execute("SELECT tar_file_id, sample_key FROM samples"):
             keys_by_shard.setdefault(names[tar_id], []).append(key)
     splits = _splits(root)

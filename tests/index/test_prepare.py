@@ -2,6 +2,7 @@ import json
 import os
 import shutil
 import sqlite3
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -24,7 +25,7 @@ def _meta(root: str) -> dict[str, bytes]:
     for dirpath, _, names in os.walk(meta):
         for n in names:
             p = os.path.join(dirpath, n)
-            out[os.path.relpath(p, meta)] = open(p, "rb").read()
+            out[os.path.relpath(p, meta)] = Path(p).read_bytes()
     return out
 
 
@@ -158,13 +159,13 @@ def test_prepare_on_s3_matches_local(s3_root, tmp_path):
     store = open_storage(url, options)
     assert (
         store.read_bytes(".nv-meta/.info.json")
-        == open(os.path.join(local, ".nv-meta", ".info.json"), "rb").read()
+        == Path(os.path.join(local, ".nv-meta", ".info.json")).read_bytes()
     )
     db_path = tmp_path / "s3.sqlite"
     db_path.write_bytes(store.read_bytes(".nv-meta/index.sqlite"))
     with sqlite3.connect(db_path) as db:
         assert sorted(db.execute("SELECT * FROM sample_parts")) == _rows(local)[1]
     shard = read_info(store).shards[0]
-    assert store.read_bytes(shard + ".idx") == open(os.path.join(local, shard + ".idx"), "rb").read()
+    assert store.read_bytes(shard + ".idx") == Path(os.path.join(local, shard + ".idx")).read_bytes()
     again = prepare_dataset(url, PrepareOptions(split_ratio=RATIO), storage_options=options)
     assert again.reused == 3

@@ -25,7 +25,9 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes = b"x", kind: bytes = tarf
 
 def build_tar(members, fmt=tarfile.PAX_FORMAT, pax_headers=None) -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt, pax_headers=pax_headers or {}, encoding="utf-8") as tar:
+    with tarfile.open(
+        fileobj=buf, mode="w", format=fmt, pax_headers=pax_headers or {}, encoding="utf-8"
+    ) as tar:
         for m in members:
             _add(tar, *m) if isinstance(m, tuple) else _add(tar, m)
     return buf.getvalue()
@@ -81,7 +83,9 @@ def our_view(index):
     si = index.part_sample_index.tolist()
     return index.tar_index().tolist(), [
         (s, keys[s], p, o, z)
-        for s, p, o, z in zip(si, index.part_names.to_pylist(), index.part_offsets.tolist(), index.part_sizes.tolist())
+        for s, p, o, z in zip(
+            si, index.part_names.to_pylist(), index.part_offsets.tolist(), index.part_sizes.tolist()
+        )
     ]
 
 

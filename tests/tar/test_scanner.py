@@ -36,14 +36,18 @@ def test_general_walk_matches_fast_walk():
     fast = scan_members_fast(arr, "x")
     assert fast is not None
     slow = scan_members(lambda o, n: data[o : o + n], len(data), "x")
-    assert our_view(build_shard_index(fast, "x")) == our_view(build_shard_index(slow, "x")) == energon_view(data)
+    assert (
+        our_view(build_shard_index(fast, "x")) == our_view(build_shard_index(slow, "x")) == energon_view(data)
+    )
 
 
 def test_ustar_prefix_global_pax_and_no_eof_marker(store):
     members = [(f"{'p' * 90}/{'q' * 60}/k{i}.txt", b"v" * i) for i in range(3)]
     data = build_tar(members, tarfile.USTAR_FORMAT)
     assert our_view(_index(store, data)) == energon_view(data)
-    with_global = build_tar([("a.txt", b"1"), ("b.txt", b"22")], tarfile.PAX_FORMAT, pax_headers={"comment": "hi"})
+    with_global = build_tar(
+        [("a.txt", b"1"), ("b.txt", b"22")], tarfile.PAX_FORMAT, pax_headers={"comment": "hi"}
+    )
     assert our_view(_index(store, with_global)) == energon_view(with_global)
     end = energon_view(data)[0][-1]
     assert our_view(_index(store, data[:end])) == energon_view(data)
