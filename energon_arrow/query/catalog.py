@@ -61,6 +61,9 @@ BASE_VIEWS = {
 }
 
 
+PUBLIC_VIEWS = (*BASE_VIEWS, *DERIVED_VIEWS, "_split_shards", "_exclude_entries")
+
+
 def _duckdb_url(storage: Storage, rel: str) -> str:
     return storage.local_path(rel) if storage.is_local else storage.url_of(rel)
 

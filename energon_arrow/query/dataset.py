@@ -6,9 +6,11 @@ import threading
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from energon_arrow.adapters import Storage, open_storage
+from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
 from energon_arrow.meta.info import read_info
 from energon_arrow.meta.split import read_split
 from energon_arrow.query import catalog
@@ -19,6 +21,16 @@ from energon_arrow.query.sideindex import load_side_index, verify_shards
 from energon_arrow.query.splits import split_tables
 
 SPLIT_COLUMNS = ["shard_id", "shard_path", "sample_index", "sample_key", "byte_offset", "byte_size"]
+
+
+def in_split_order(table: pa.Table) -> pa.Table:
+    """`table` sorted by (shard_position, sample_index). DuckDB's join usually emits that order already; checking
+    costs one vectorised pass, sorting (only when needed) a lexsort and a take."""
+    pos = table.column("shard_position").to_numpy().astype(np.int64)
+    idx = table.column("sample_index").to_numpy()
+    if len(pos) < 2 or (np.diff(pos) >= 0).all() and ((np.diff(idx) > 0) | (np.diff(pos) > 0)).all():
+        return table
+    return table.take(np.lexsort((idx, pos)))
 
 
 class Dataset:
@@ -42,8 +54,9 @@ class Dataset:
             self.split_config, list(self.info.shard_counts), storage.url_of(f".nv-meta/{split_config}")
         )
         in_place = side.source in ("parquet", "index.sqlite (converted, published)")
-        base = {name: (None if in_place else table) for name, table in side.tables.items()}
+        base = {name: (None if in_place else side.tables[name]) for name in SIDE_INDEX_FILES}
         self._lock = threading.Lock()
+        self._base = base
         self._con = catalog.connect(storage, base, splits, excludes)
         self._columns: dict[str, list[str]] | None = None
 
@@ -73,6 +86,9 @@ class Dataset:
     def sql(self, query: str, params: Any = None, tables: dict[str, Any] | None = None) -> QueryResult:
         """Run read-only DuckDB SQL over the dataset's views. `params` binds `?`/`$name` placeholders; `tables`
         adds Arrow tables / polars or pandas frames as extra views for this query only."""
+        taken = sorted(set(tables or {}) & set(catalog.PUBLIC_VIEWS))
+        if taken:
+            raise QueryError(f"extra tables may not shadow the dataset's views: {', '.join(taken)}")
         with self._lock:
             check_read_only(self._con, query)
             con = self._con
@@ -94,9 +110,22 @@ class Dataset:
 
     # ---- frames -------------------------------------------------------------------------------------------
     def _frame(self, name: str):
+        """A LazyFrame scanning the side-index file in place (or the in-memory table of a converted index)."""
         import polars as pl
 
-        return pl.from_arrow(self._internal(f"SELECT * FROM {name}")).lazy()
+        table = self._base[name]
+        if table is not None:
+            return pl.from_arrow(table).lazy()
+        rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
+        if self.storage.is_local:
+            return pl.scan_parquet(self.storage.local_path(rel))
+        import pyarrow.dataset as pads
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        fs = PyFileSystem(FSSpecHandler(self.storage.fs))
+        return pl.scan_pyarrow_dataset(
+            pads.dataset(self.storage.path_of(rel), filesystem=fs, format="parquet")
+        )
 
     @property
     def samples(self):
@@ -128,11 +157,10 @@ class Dataset:
         Columns: shard_id int32, shard_path string, sample_index int64, sample_key string, byte_offset int64,
         byte_size int64 (byte range of the whole sample in its tar, headers included)."""
         self._check_split(name)
-        return self._internal(
-            f"SELECT {', '.join(SPLIT_COLUMNS)} FROM split_samples WHERE split = ? "
-            "ORDER BY shard_position, sample_index",
-            [name],
+        table = self._internal(
+            f"SELECT shard_position, {', '.join(SPLIT_COLUMNS)} FROM split_samples WHERE split = ?", [name]
         )
+        return in_split_order(table).drop_columns(["shard_position"])
 
     def split_parts(self, name: str) -> pa.Table:
         """The parts of `split(name)`'s samples, in the same order (then by content offset): shard_id,

@@ -7,6 +7,8 @@ configuration, so a read cannot reach other files either.
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 
 from energon_arrow.query.errors import QueryError, ReadOnlyError
@@ -35,7 +37,7 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
-        raise QueryError(f"malformed SQL: {_first_lines(exc)}\n  in: {sql.strip()}") from None
+        raise QueryError(f"malformed SQL: {str(exc).strip()}\n  in: {sql.strip()}") from None
     if not statements:
         raise QueryError("empty statement")
     for st in statements:
@@ -48,18 +50,16 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
             )
 
 
-def _first_lines(exc: Exception) -> str:
-    return str(exc).strip()
-
-
 def explain_error(exc: duckdb.Error, sql: str, views: dict[str, list[str]]) -> QueryError:
     """A QueryError carrying DuckDB's message, the statement and, for unknown names, what is available."""
-    message = _first_lines(exc)
+    message = str(exc).strip()
     hint = ""
     if isinstance(exc, duckdb.CatalogException) and "Table with name" in message:
         hint = "\n  available views: " + ", ".join(sorted(views))
     elif isinstance(exc, duckdb.BinderException) and ("column" in message.lower()):
-        hint = "\n  columns: " + "; ".join(f"{v}({', '.join(cols)})" for v, cols in sorted(views.items()))
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", sql.lower()))
+        used = {v: cols for v, cols in views.items() if v in words} or views
+        hint = "\n  columns: " + "; ".join(f"{v}({', '.join(cols)})" for v, cols in sorted(used.items()))
     elif isinstance(exc, duckdb.PermissionException):
         hint = "\n  the catalog reads only the dataset's own index files"
     kind = "malformed SQL" if isinstance(exc, duckdb.ParserException) else "query failed"

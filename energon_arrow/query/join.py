@@ -13,11 +13,9 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
-from energon_arrow.query.catalog import DUCKDB_CONFIG
 from energon_arrow.query.dataset import Dataset
 
 NONMATCH = ("skip", "none", "error")
@@ -56,63 +54,65 @@ def _members(datasets) -> list[tuple[str, JoinMember]]:
     return out
 
 
-def _split_table(name: str, member: JoinMember, split: str) -> pa.Table:
-    ds = member.dataset
+def _split_of(member: JoinMember, split: str) -> str:
     part = member.split or split
-    ds._check_split(part)
-    table = ds._internal(
-        "SELECT shard_position, shard_id, sample_index, sample_key, byte_offset, byte_size FROM split_samples "
-        "WHERE split = ? ORDER BY shard_position, sample_index",
-        [part],
-    )
-    dup = ds._internal(
-        "SELECT sample_key, count(*) AS n FROM split_samples WHERE split = ? GROUP BY sample_key HAVING n > 1 "
-        "ORDER BY sample_key LIMIT 5",
-        [part],
-    )
-    if dup.num_rows:
-        raise ValueError(
-            f"cannot join {name!r} ({ds.url}, split {part!r}): duplicate sample keys {dup.column(0).to_pylist()}"
-        )
-    return table
+    member.dataset._check_split(part)
+    return part
 
 
 def join_datasets(datasets, split: str) -> pa.Table:
     """Join datasets by sample_key like energon's `join:` metadataset for split `split`.
 
-    `datasets`: {name: Dataset | JoinMember} (first = primary) or a list (names d0, d1, ...). Returns one row per
-    joined sample in the primary's iteration order: `sample_key`, then per dataset `{name}_shard_idx`,
-    `{name}_byte_offset`, `{name}_byte_size` (int64; -1 for nonmatch 'none') and `{name}_shard_path`."""
+    `datasets`: {name: Dataset | JoinMember} (first = primary) or a list (names d0, d1, ...). Each member uses
+    its effective split (its own `split` or this one). Sample keys are unique within a prepared dataset (energon's
+    UNIQUE constraint; our prepare enforces it too), so each primary row matches at most one row per member.
+    Returns one row per joined sample in the primary's iteration order: `sample_key`, then per dataset
+    `{name}_shard_idx` (position in that dataset's split.yaml list), `{name}_byte_offset`, `{name}_byte_size`
+    (int64; -1 for nonmatch 'none'), `{name}_shard_id` and `{name}_matched`."""
     members = _members(datasets)
-    con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
-    try:
-        for name, member in members:
-            con.register(f"t_{name}", _split_table(name, member, split))
-        pname = members[0][0]
-        select = ["p.sample_key", *_columns(pname, "p", False)]
-        joins = []
-        for name, member in members[1:]:
-            kind = "JOIN" if member.nonmatch == "skip" else "LEFT JOIN"
-            joins.append(f"{kind} (SELECT * FROM t_{name}) AS j_{name} ON j_{name}.sample_key = p.sample_key")
-            select += _columns(name, f"j_{name}", member.nonmatch == "none")
-        for name, member in members[1:]:
-            if member.nonmatch == "error":
+    (pname, primary), others = members[0], members[1:]
+    tables = {
+        f"_join_{name}": member.dataset._internal(
+            "SELECT shard_position, shard_id, sample_key, byte_offset, byte_size FROM split_samples WHERE split = ?",
+            [_split_of(member, split)],
+        )
+        for name, member in others
+    }
+    psplit = _split_of(primary, split)
+    base = "(SELECT * FROM split_samples WHERE split = $split)"
+    select = ["p.sample_key", *_columns(pname, "p", False)]
+    joins = []
+    for name, member in others:
+        kind = "JOIN" if member.nonmatch == "skip" else "LEFT JOIN"
+        joins.append(f"{kind} _join_{name} AS j_{name} ON j_{name}.sample_key = p.sample_key")
+        select += _columns(name, f"j_{name}", member.nonmatch == "none")
+    ds = primary.dataset
+    with ds._lock:
+        con = ds._con
+        for table_name, table in tables.items():
+            con.register(table_name, table)
+        try:
+            for name, member in others:
+                if member.nonmatch != "error":
+                    continue
                 missing = con.sql(
-                    f"SELECT p.sample_key FROM t_{pname} p ANTI JOIN t_{name} j USING (sample_key) "
-                    "ORDER BY p.shard_position, p.sample_index LIMIT 1"
+                    f"SELECT p.sample_key FROM {base} p ANTI JOIN _join_{name} j USING (sample_key) "
+                    "ORDER BY p.shard_position, p.sample_index LIMIT 1",
+                    params={"split": psplit},
                 ).fetchall()
                 if missing:
                     raise ValueError(
                         f"join: sample key {missing[0][0]!r} of {pname!r} is missing from {name!r} "
                         f"({member.dataset.url}) and its nonmatch is 'error' (use 'skip' or 'none')"
                     )
-        sql = (
-            f"SELECT {', '.join(select)} FROM t_{pname} p {' '.join(joins)} "
-            "ORDER BY p.shard_position, p.sample_index"
-        )
-        return con.sql(sql).to_arrow_table()
-    finally:
-        con.close()
+            sql = (
+                f"SELECT {', '.join(select)} FROM {base} p {' '.join(joins)} "
+                "ORDER BY p.shard_position, p.sample_index"
+            )
+            return con.sql(sql, params={"split": psplit}).to_arrow_table()
+        finally:
+            for table_name in tables:
+                con.unregister(table_name)
 
 
 def _columns(name: str, alias: str, fill: bool) -> list[str]:

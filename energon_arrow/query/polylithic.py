@@ -45,8 +45,6 @@ def open_aux(name: str, source, storage_options: dict | None = None) -> AuxSourc
 
 def _folder_files(storage: Storage) -> pa.Table:
     infos = [f for f in storage.scan("**/*") if not f.path.startswith(".nv-meta/")]
-    if not infos and not storage.isdir(""):
-        raise FileNotFoundError(f"{storage.url}: auxiliary source does not exist")
     return pa.Table.from_pydict(
         {"path": [f.path for f in infos], "size": [f.size for f in infos]}, schema=FOLDER_SCHEMA
     )
@@ -142,23 +140,25 @@ def resolve_references(
         urls = pa.table({"aux": list(sources), "aux_url": [s.url for s in sources.values()]})
         con.register("_urls", urls)
         con.register("_refs", refs)
-        con.execute(f"CREATE TEMP TABLE _names AS {union}")
+        con.execute(f"CREATE VIEW _names AS {union}")
         only = next(iter(sources))
         aux_expr = "r.aux" if routed else "'" + only.replace("'", "''") + "'"
         out_cols = ", ".join(f'r."{c}"' for c in refs.column_names if c != "aux")
-
-        # a part name first (`key.part`), else the whole sample by key, else the folder path
+        con.execute(
+            f"CREATE TEMP TABLE _q AS SELECT *, {aux_expr} AS _aux, row_number() OVER () AS _row FROM _refs r"
+        )
+        # names are unique within a source except for a part stored twice in one sample: then keep the first
         sql = f"""
-            WITH q AS (SELECT *, {aux_expr} AS _aux, row_number() OVER () AS _row FROM _refs r),
-            hits AS (
-                SELECT q._row, n.file, n.byte_offset, n.byte_size, n.kind,
-                       row_number() OVER (PARTITION BY q._row ORDER BY n.kind = 'sample') AS _rank
-                FROM q JOIN _names n ON n.aux = q._aux AND n.name = q."{ref_column}")
-            SELECT {out_cols}, r._aux AS aux, u.aux_url, h.file, h.byte_offset, h.byte_size, h.kind,
-                   h._row IS NOT NULL AS found
-            FROM q r LEFT JOIN hits h ON h._row = r._row AND h._rank = 1
-                     LEFT JOIN _urls u ON u.aux = r._aux
-            ORDER BY r._row"""
-        return AuxResolution(con.sql(sql).to_arrow_table())
+            SELECT {out_cols}, r._aux AS aux, u.aux_url, n.file, n.byte_offset, n.byte_size, n.kind,
+                   n.name IS NOT NULL AS found, r._row
+            FROM _q r LEFT JOIN _names n ON n.aux = r._aux AND n.name = r."{ref_column}"
+                      LEFT JOIN _urls u ON u.aux = r._aux"""
+        table = con.sql(f"{sql} ORDER BY r._row").to_arrow_table()
+        if table.num_rows != refs.num_rows:
+            sql += (
+                " QUALIFY row_number() OVER (PARTITION BY r._row ORDER BY n.byte_offset) = 1 ORDER BY r._row"
+            )
+            table = con.sql(sql).to_arrow_table()
+        return AuxResolution(table.drop_columns(["_row"]))
     finally:
         con.close()

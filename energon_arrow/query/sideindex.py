@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SideIndex:
-    tables: dict[str, pa.Table]  # shards, samples, parts
+    tables: dict[str, pa.Table]  # shards (always), samples and parts (only when converted from index.sqlite)
     source: str  # "parquet", "index.sqlite (converted, published)", "index.sqlite (converted, in memory)"
 
 
@@ -53,21 +53,42 @@ def _read_parquet(storage: Storage, rel: str) -> pa.Table:
         ) from None
 
 
-def _conform(table: pa.Table, name: str, storage: Storage) -> pa.Table:
-    schema = SIDE_INDEX_FILES[name]
-    missing = [f.name for f in schema if f.name not in table.column_names]
+def _missing_columns(schema: pa.Schema, name: str, storage: Storage) -> None:
+    missing = [f.name for f in SIDE_INDEX_FILES[name] if f.name not in schema.names]
     if missing:
         rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
         raise NotPreparedError(
             f"{storage.url_of(rel)}: side index lacks columns {missing}; rebuild it with {_prepare_hint(storage)}"
         )
-    return table.select(schema.names).cast(schema).replace_schema_metadata(table.schema.metadata)
+
+
+def _read_schema(storage: Storage, rel: str) -> pa.Schema:
+    """A Parquet file's schema from its footer only (DuckDB reads the data in place later)."""
+    try:
+        if storage.is_local:
+            return pq.read_schema(storage.local_path(rel))
+        with storage.fs.open(storage.path_of(rel), "rb") as f:
+            return pq.read_schema(f)
+    except FileNotFoundError:
+        raise NotPreparedError(
+            f"{storage.url_of(rel)}: side index file missing; rebuild it with {_prepare_hint(storage)}"
+        ) from None
+    except (OSError, pa.ArrowException) as exc:
+        raise NotPreparedError(
+            f"{storage.url_of(rel)}: unreadable side index ({exc}); rebuild it with {_prepare_hint(storage)}"
+        ) from None
 
 
 def _read_side_index(storage: Storage) -> dict[str, pa.Table]:
+    """The shards table (small: read now) after checking that every side-index file has the needed columns."""
+    shards = _read_parquet(storage, f"{SIDE_INDEX_DIR}/shards.parquet")
+    _missing_columns(shards.schema, "shards", storage)
+    for name in SIDE_INDEX_FILES:
+        if name != "shards":
+            _missing_columns(_read_schema(storage, f"{SIDE_INDEX_DIR}/{name}.parquet"), name, storage)
+    schema = SIDE_INDEX_FILES["shards"]
     return {
-        name: _conform(_read_parquet(storage, f"{SIDE_INDEX_DIR}/{name}.parquet"), name, storage)
-        for name in SIDE_INDEX_FILES
+        "shards": shards.select(schema.names).cast(schema).replace_schema_metadata(shards.schema.metadata)
     }
 
 

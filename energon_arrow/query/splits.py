@@ -51,21 +51,19 @@ def split_tables(config: SplitConfig, shard_paths: list[str], where: str) -> tup
             ):
                 rows[name].append(value)
     splits = pa.Table.from_pydict(rows, schema=SPLITS_SCHEMA)
-    ex_rows: dict[str, list] = {name: [] for name in EXCLUDES_SCHEMA.names}
-
-    def add(entry, kind, path, key):
-        for name, value in zip(EXCLUDES_SCHEMA.names, (entry, kind, shard_ids.get(path), path, key)):
-            ex_rows[name].append(value)
-
+    rows = []  # (entry, kind, path, key)
     whole = config.excluded_shards(shard_paths)
-    by_shard = config.excluded_samples(shard_paths)
-    placed = set(whole)
-    for path in sorted(whole, key=shard_ids.__getitem__):
-        add(path, "shard", path, None)
-    for path, keys in by_shard.items():
-        for key in sorted(keys):
-            add(f"{path}/{key}", "sample", path, key)
-            placed.add(f"{path}/{key}")
-    for entry in dict.fromkeys(e for e in expanded.exclude if e not in placed):
-        add(entry, "unknown", None, None)  # names no shard of this dataset: reported, matches nothing
-    return splits, pa.Table.from_pydict(ex_rows, schema=EXCLUDES_SCHEMA)
+    rows += [(path, "shard", path, None) for path in sorted(whole, key=shard_ids.__getitem__)]
+    for path, keys in config.excluded_samples(shard_paths).items():
+        rows += [(f"{path}/{key}", "sample", path, key) for key in sorted(keys)]
+    placed = {r[0] for r in rows}
+    # entries naming no shard of this dataset: reported by the `excluded` view, they match nothing
+    rows += [(e, "unknown", None, None) for e in dict.fromkeys(expanded.exclude) if e not in placed]
+    entry, kind, path, key = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
+    ids = [shard_ids.get(p) for p in path]
+    excludes = pa.Table.from_arrays(
+        [pa.array(entry, pa.string()), pa.array(kind, pa.string()), pa.array(ids, pa.int32()),
+         pa.array(path, pa.string()), pa.array(key, pa.string())],
+        schema=EXCLUDES_SCHEMA,
+    )  # fmt: skip
+    return splits, excludes
