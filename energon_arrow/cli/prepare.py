@@ -9,7 +9,13 @@ from rich.console import Console
 
 from energon_arrow.adapters import open_storage
 from energon_arrow.cli.common import storage_options
-from energon_arrow.cli.prepare_ui import ShardProgress, ask_dataset_yaml, ask_split_ratio, echo_summary
+from energon_arrow.cli.prepare_ui import (
+    SAMPLE_TYPES_FOR_PROMPT,
+    ShardProgress,
+    ask_dataset_yaml,
+    ask_split_ratio,
+    echo_summary,
+)
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.distributed import prepare_distributed
 from energon_arrow.index.prepare import PrepareOptions
@@ -26,6 +32,10 @@ from energon_arrow.meta import (
     sample_loader_dataset,
 )
 from energon_arrow.tar import index_shard
+
+
+def _stdin_is_tty() -> bool:
+    return sys.stdin.isatty()
 
 
 def _dataset_yaml(sample_type, field_map, skip, non_interactive, interactive_parts):
@@ -119,7 +129,7 @@ def command(
     to every shard and Parquet side indexes under .nv-meta/arrow/. Runs under torchrun too (each rank indexes
     its share of the shards, rank 0 writes the index).
     """
-    interactive = not non_interactive and sys.stdin.isatty()
+    interactive = not non_interactive and _stdin_is_tty()
     storage = open_storage(path, storage_options)
     options = PrepareOptions(
         exclude=exclude,
