@@ -80,7 +80,9 @@ def test_interactive_questions_in_energon_order(tmp_path, monkeypatch):
     root = str(tmp_path / "ds")
     write_webdataset(root, shards=2, samples_per_shard=3, image_bytes=32)
     monkeypatch.setattr(prepare_cli, "_stdin_is_tty", lambda: True)
-    names = list(prepare_cli.SAMPLE_TYPES_FOR_PROMPT)
+    from energon_arrow.cli.prepare_ui import SAMPLE_TYPES_FOR_PROMPT
+
+    names = list(SAMPLE_TYPES_FOR_PROMPT)
     answers = ["8,1,1", "y", str(names.index("CaptioningSample")), "y", "jpg", "txt"]
     result = CliRunner().invoke(prepare_cli.command, [root, "--no-progress"], input="\n".join(answers) + "\n")
     assert result.exit_code == 0, result.output
