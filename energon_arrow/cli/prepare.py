@@ -5,30 +5,26 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.console import Console
 
-from energon_arrow.adapters import open_storage
 from energon_arrow.cli.common import storage_options
-from energon_arrow.cli.prepare_ui import ShardProgress, ask_dataset_yaml, ask_split_ratio, echo_summary
-from energon_arrow.index.discover import discover_shards
-from energon_arrow.index.distributed import prepare_distributed
-from energon_arrow.index.prepare import PrepareOptions
-from energon_arrow.meta import (
-    CRUDE,
-    DATASET_YAML,
-    check_sample_type,
-    crude_dataset,
-    field_map_dataset,
-    info_exists,
-    parse_field_map,
-    parse_split_parts,
-    parse_split_ratio,
-    sample_loader_dataset,
-)
-from energon_arrow.tar import index_shard
+from energon_arrow.meta import DATASET_YAML
+
+
+def _stdin_is_tty() -> bool:
+    return sys.stdin.isatty()
 
 
 def _dataset_yaml(sample_type, field_map, skip, non_interactive, interactive_parts):
+    from energon_arrow.cli.prepare_ui import ask_dataset_yaml
+    from energon_arrow.meta import (
+        CRUDE,
+        check_sample_type,
+        crude_dataset,
+        field_map_dataset,
+        parse_field_map,
+        sample_loader_dataset,
+    )
+
     if skip:
         return None
     if sample_type is not None:
@@ -119,7 +115,18 @@ def command(
     to every shard and Parquet side indexes under .nv-meta/arrow/. Runs under torchrun too (each rank indexes
     its share of the shards, rank 0 writes the index).
     """
-    interactive = not non_interactive and sys.stdin.isatty()
+    # heavy imports here, so `energon-arrow --help` and other subcommands start fast
+    from rich.console import Console
+
+    from energon_arrow.adapters import open_storage
+    from energon_arrow.cli.prepare_ui import ShardProgress, ask_split_ratio, echo_summary
+    from energon_arrow.index.discover import discover_shards
+    from energon_arrow.index.distributed import prepare_distributed
+    from energon_arrow.index.prepare import PrepareOptions
+    from energon_arrow.meta import info_exists, parse_split_parts, parse_split_ratio
+    from energon_arrow.tar import index_shard
+
+    interactive = not non_interactive and _stdin_is_tty()
     storage = open_storage(path, storage_options)
     options = PrepareOptions(
         exclude=exclude,

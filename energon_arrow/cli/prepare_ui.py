@@ -64,6 +64,9 @@ class ShardProgress:
             self._progress.stop()
 
 
+SAMPLE_TYPES_FOR_PROMPT = (*SAMPLE_TYPES, CRUDE)  # numbered in this order
+
+
 def ask_split_ratio() -> str:
     return click.prompt(
         'Please enter a desired train/val/test split like "0.5, 0.2, 0.3" or "8,1,1"', type=str
@@ -76,7 +79,7 @@ def ask_dataset_yaml(part_types: list[str], first_shard: str):
     click.echo(f"Part types found in the first shard ({first_shard}): {', '.join(part_types)}")
     if not click.confirm("Do you want to create a dataset.yaml interactively?", default=True):
         return None
-    names = [*SAMPLE_TYPES, CRUDE]
+    names = SAMPLE_TYPES_FOR_PROMPT
     click.echo("The following sample types are available:")
     for i, name in enumerate(names):
         click.echo(f"{i}. {name}" + ("  (plain dict for cooking)" if name == CRUDE else ""))

@@ -85,31 +85,44 @@ class ScratchWriter:
         n, m = index.sample_count, index.part_count
         ids = [shard_id] * max(n, m)
         self.db.execute("BEGIN")
-        self.db.executemany(
-            "INSERT INTO s VALUES (?, ?, ?, ?, ?)",
-            zip(
-                ids[:n],
-                index.sample_keys.to_pylist(),
-                range(n),
-                index.sample_offsets.tolist(),
-                index.sample_sizes.tolist(),
-            ),
+        keys = index.sample_keys.to_pylist()
+        _insert(
+            self.db,
+            "s",
+            [ids[:n], keys, list(range(n)), index.sample_offsets.tolist(), index.sample_sizes.tolist()],
         )
-        self.db.executemany(
-            "INSERT INTO p VALUES (?, ?, ?, ?, ?)",
-            zip(
-                ids[:m],
-                index.part_sample_index.tolist(),
-                index.part_names.to_pylist(),
-                index.part_offsets.tolist(),
-                index.part_sizes.tolist(),
-            ),
-        )
+        parts = index.part_names.to_pylist()
+        sidx = index.part_sample_index.tolist()
+        _insert(self.db, "p", [ids[:m], sidx, parts, index.part_offsets.tolist(), index.part_sizes.tolist()])
         self.db.execute("COMMIT")
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self.db.close()
+
+
+_ROWS_PER_STATEMENT = 32766 // 5  # SQLite's default limit on bound variables per statement
+
+
+def _values_sql(table: str, rows: int, columns: int) -> str:
+    row = "(" + ",".join("?" * columns) + ")"
+    return f"INSERT INTO {table} VALUES " + ",".join([row] * rows)
+
+
+def _insert(db, table: str, columns: list[list]) -> None:
+    """Insert rows given as columns with multi-row statements (half the cost of executemany per row)."""
+    n, width = len(columns[0]), len(columns)
+    if n == 0:
+        return
+    flat: list = [None] * (n * width)
+    for j, col in enumerate(columns):
+        flat[j::width] = col
+    step = _ROWS_PER_STATEMENT
+    full = _values_sql(table, step, width) if n >= step else None
+    for start in range(0, n, step):
+        rows = min(step, n - start)
+        sql = full if rows == step else _values_sql(table, rows, width)
+        db.execute(sql, flat[start * width : (start + rows) * width])
 
 
 _writers: dict[tuple[str, int, int], ScratchWriter] = {}
