@@ -33,15 +33,34 @@ def energon_prepare(root: str, split_ratio: str = "3,1,0", extra: tuple = ()) ->
     subprocess.run(cmd, check=True, capture_output=True)
 
 
+def prepare(root: str, storage_options: dict | None = None, split_ratio: str = "3,1,0") -> None:
+    """energon-arrow prepare: CaptioningSample {image: jpg, caption: txt}."""
+    from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+    from energon_arrow.meta import field_map_dataset, parse_split_ratio
+
+    options = PrepareOptions(
+        split_ratio=parse_split_ratio(split_ratio),
+        dataset_yaml=field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "txt"}),
+        num_workers=1,
+    )
+    prepare_dataset(root, options, storage_options)
+
+
 @pytest.fixture(scope="session")
 def prepared_root(tmp_path_factory) -> str:
     """4 shards x 40 samples (jpg/txt/json), split 3 train shards : 1 val shard, CaptioningSample."""
     root = str(tmp_path_factory.mktemp("loader") / "ds")
     write_webdataset(root, shards=SHARDS, samples_per_shard=PER_SHARD, image_bytes=200)
-    energon_prepare(root)
-    from energon_arrow.query import open_dataset
+    prepare(root)
+    return root
 
-    open_dataset(root).close()  # converts and publishes the side index once
+
+@pytest.fixture(scope="session")
+def energon_prepared_root(tmp_path_factory) -> str:
+    """The same shards prepared by energon 7.4.1 itself (index.sqlite only, no Parquet side index)."""
+    root = str(tmp_path_factory.mktemp("loader-energon") / "ds")
+    write_webdataset(root, shards=SHARDS, samples_per_shard=PER_SHARD, image_bytes=200)
+    energon_prepare(root)
     return root
 
 

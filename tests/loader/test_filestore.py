@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import energon_arrow as ea
-from energon_arrow.adapters import open_storage
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.filestore import FolderStore, PartStore, open_file_store
 from energon_arrow.samples import PartDecoder
+from energon_arrow.testing.synthetic import write_webdataset
+from tests.loader.conftest import PER_SHARD, SHARDS, prepare
 
 
 def test_part_and_sample_by_key(prepared_root):
@@ -47,14 +46,10 @@ class RawTE(ea.DefaultTaskEncoder):
 @pytest.mark.s3
 def test_load_from_s3(prepared_root, s3_root):
     url, options = s3_root
-    s3 = open_storage(url, options)
-    for dirpath, _, files in os.walk(prepared_root):
-        if dirpath.endswith("arrow"):
-            continue  # the side index records local mtimes: rebuilt from index.sqlite on first use
-        for name in files:
-            local = os.path.join(dirpath, name)
-            with open(local, "rb") as f:
-                s3.write_atomic(os.path.relpath(local, prepared_root), f.read())
+    write_webdataset(
+        url, shards=SHARDS, samples_per_shard=PER_SHARD, image_bytes=200, storage_options=options
+    )
+    prepare(url, options)  # energon-arrow prepare straight on S3
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=1)
     val = ea.get_val_dataset(
         url, worker_config=wc, batch_size=8, task_encoder=RawTE(), storage_options=options

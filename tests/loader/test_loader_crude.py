@@ -9,7 +9,8 @@ import pytest
 
 import energon_arrow as ea
 from energon_arrow.loader.errors import LoaderError
-from tests.loader.conftest import write_dataset_yaml
+from energon_arrow.testing.synthetic import write_webdataset
+from tests.loader.conftest import prepare, write_dataset_yaml
 
 CRUDE_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors: {kind: crude}\n"
 
@@ -111,12 +112,14 @@ def part_filter(part):
 """
 
 
+SAMPLE_LOADER_YAML = (
+    "sample_type: {__module__: megatron.energon, __class__: TextSample}\n"
+    "sample_loader: sample_loader.py:sample_loader\npart_filter: sample_loader.py:part_filter\n"
+)
+
+
 def _with_sample_loader(root):
-    write_dataset_yaml(
-        root,
-        "sample_type: {__module__: megatron.energon, __class__: TextSample}\n"
-        "sample_loader: sample_loader.py:sample_loader\npart_filter: sample_loader.py:part_filter\n",
-    )
+    write_dataset_yaml(root, SAMPLE_LOADER_YAML)
     with open(f"{root}/.nv-meta/sample_loader.py", "w") as f:
         f.write(SAMPLE_LOADER)
 
@@ -127,17 +130,13 @@ def test_sample_loader_runs_for_local_datasets(dataset_copy):
     assert type(batch).__name__ == "TextSample" and all(t.endswith("!") for t in batch.text)
 
 
-def test_remote_code_needs_trust(dataset_copy, memory_root):
-    _with_sample_loader(dataset_copy)
+def test_remote_code_needs_trust(memory_root):
     url, _ = memory_root
+    write_webdataset(url, shards=2, samples_per_shard=10, image_bytes=50)
+    prepare(url, split_ratio="1,0,0")
     fs = fsspec.filesystem("memory")
-    for dirpath, _, files in os.walk(dataset_copy):
-        if dirpath.endswith("arrow"):
-            continue  # the side index records local mtimes: let it be rebuilt from index.sqlite
-        for name in files:
-            local = os.path.join(dirpath, name)
-            with open(local, "rb") as f:
-                fs.pipe(f"{url}/{os.path.relpath(local, dataset_copy)}", f.read())
+    fs.pipe(f"{url}/.nv-meta/dataset.yaml", SAMPLE_LOADER_YAML.encode())
+    fs.pipe(f"{url}/.nv-meta/sample_loader.py", SAMPLE_LOADER.encode())
     with pytest.raises(
         LoaderError, match="remote code is not executed unless you pass trust_remote_code=True"
     ):

@@ -57,6 +57,11 @@ def test_one_epoch_covers_the_train_split_once(prepared_root):
     assert all(not k.startswith("000003_") for k in keys)  # the val shard stays out
 
 
+def test_same_batches_from_energon_prepared_dataset(prepared_root, energon_prepared_root):
+    ours = [(b.__key__, b.image) for b in _take(_loader(prepared_root), 8)]
+    assert [(b.__key__, b.image) for b in _take(_loader(energon_prepared_root), 8)] == ours
+
+
 def test_workers_do_not_change_the_sequence(prepared_root):
     ref = [b.__key__ for b in _take(_loader(prepared_root, workers=0), 12)]
     assert [b.__key__ for b in _take(_loader(prepared_root, workers=2), 12)] == ref
