@@ -19,7 +19,7 @@ from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
-from energon_arrow.loader.order import EpochCache
+from energon_arrow.loader.order import BlockLayout, EpochCache
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
@@ -95,6 +95,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.builders = [
             SampleBuilder(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code) for s in sources
         ]
+        self.layouts = [BlockLayout(src.shard_id, settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)
         self.start_batch = 0
         self.num_workers = 1
@@ -109,8 +110,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def _caches(self) -> list[EpochCache]:
         s = self.settings
         return [
-            EpochCache(src.shard_id, s.seed + 7919 * i, s.block_size, s.shuffle_buffer, s.shuffle)
-            for i, src in enumerate(self.sources)
+            EpochCache(layout, s.seed + 7919 * i, s.shuffle_buffer, s.shuffle)
+            for i, layout in enumerate(self.layouts)
         ]
 
     def plan(self, b: int, caches: list[EpochCache]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,87 +1,130 @@
-"""Epoch order and the global batch plan: pure, vectorised functions of (seed, epoch, batch index).
+"""Epoch order: a pure function of (seed, epoch), evaluated lazily for the positions a batch needs.
 
-Order of an epoch: the rows of the effective sample table are cut into blocks of at most `block_size`
-consecutive samples of one shard; the blocks are permuted, and the samples inside each block are permuted, so a
-batch reads a few contiguous byte ranges per shard. An optional shuffle buffer then displaces every position by
-a random amount in [0, shuffle_buffer) (a vectorised stand-in for a streaming shuffle buffer of that size).
+The rows of the effective sample table are cut into blocks of at most `block_size` consecutive samples of one
+shard. Epoch e visits the blocks in a permuted order and the samples of each block in a permuted order, so a
+batch reads a few contiguous byte ranges per shard. An optional shuffle buffer then reorders positions by the key
+`p + u(p) * shuffle_buffer` (u uniform in [0, 1)), which moves every sample by less than `shuffle_buffer`
+positions, like a streaming shuffle buffer of that size.
 
-Global batch plan: the sample stream is the concatenation of epochs; global batch b covers stream positions
-[b*G, (b+1)*G). Rank r of W takes positions [b*G + r*L, b*G + (r+1)*L) with L = G / W, and worker k of K on a rank
-produces the batches b with b % K == k. The batch sequence therefore depends only on (seed, G), never on W or K.
+Only O(blocks) state is kept per epoch (the block permutation and its cumulative sizes); the permutation inside
+a block and the buffer keys come from a counter-based hash of (seed, epoch, row or position), so any position of
+any epoch is computed in O(batch + shuffle_buffer) without materialising the epoch. A worker's memory therefore
+does not grow with the dataset.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+
 
 def _rng(seed: int, epoch: int, stream: int = 0) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64([int(seed) & 0xFFFFFFFF, int(epoch), int(stream)]))
 
 
-def block_ids(shard_ids: np.ndarray, block_size: int) -> np.ndarray:
-    """Block number of every row: a new block starts at each shard change and every `block_size` rows in a shard."""
-    n = len(shard_ids)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.r_[True, shard_ids[1:] != shard_ids[:-1]])
-    run_start = np.repeat(starts, np.diff(np.r_[starts, n]))
-    within = np.arange(n, dtype=np.int64) - run_start
-    new_block = (within % block_size) == 0
-    return np.cumsum(new_block, dtype=np.int64) - 1
+def hash_uniform(seed: int, epoch: int, stream: int, values: np.ndarray) -> np.ndarray:
+    """Deterministic uniform floats in [0, 1) for each value (splitmix64 of seed/epoch/stream/value)."""
+    base = np.uint64((int(seed) * 0x100000001B3 + int(epoch) * 0x1F1F1F1F + int(stream) * 0x51ED27) % 2**64)
+    with np.errstate(over="ignore"):
+        z = np.asarray(values).astype(np.uint64) * _GOLD + base
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+class BlockLayout:
+    """Blocks of the table: start row and size of each (a new block at every shard change and every
+    `block_size` rows inside a shard). Computed once, before DataLoader workers fork."""
+
+    def __init__(self, shard_ids: np.ndarray, block_size: int):
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        n = len(shard_ids)
+        self.n = n
+        if n == 0:
+            self.starts = np.zeros(0, np.int64)
+            self.sizes = np.zeros(0, np.int64)
+            return
+        runs = np.flatnonzero(np.r_[True, shard_ids[1:] != shard_ids[:-1]])
+        lengths = np.diff(np.r_[runs, n])
+        per_run = -(-lengths // block_size)
+        first = np.repeat(runs, per_run)
+        k = np.arange(per_run.sum()) - np.repeat(np.cumsum(per_run) - per_run, per_run)
+        self.starts = first + k * block_size
+        self.sizes = np.minimum(block_size, np.repeat(runs + lengths, per_run) - self.starts)
+
+
+class EpochOrder:
+    """Rows at the positions of one epoch."""
+
+    def __init__(
+        self, layout: BlockLayout, seed: int, epoch: int, shuffle_buffer: int = 0, shuffle: bool = True
+    ):
+        self.layout, self.seed, self.epoch = layout, seed, epoch
+        self.shuffle, self.buffer = shuffle, shuffle_buffer if shuffle else 0
+        if shuffle and len(layout.starts):
+            self.perm = _rng(seed, epoch).permutation(len(layout.starts))
+            sizes = layout.sizes[self.perm]
+            self.cum = np.r_[0, np.cumsum(sizes)]
+
+    def _unbuffered(self, pos: np.ndarray) -> np.ndarray:
+        if not self.shuffle or not len(pos):
+            return pos
+        j = np.searchsorted(self.cum, pos, side="right") - 1
+        block = self.perm[j]
+        off = pos - self.cum[j]
+        # the permutation inside a block: rank `off` among the hashed keys of the block's rows
+        out = np.empty(len(pos), np.int64)
+        for b in np.unique(block).tolist():
+            m = block == b
+            s0, sz = int(self.layout.starts[b]), int(self.layout.sizes[b])
+            inner = np.argsort(hash_uniform(self.seed, self.epoch, 1, np.arange(s0, s0 + sz)), kind="stable")
+            out[m] = s0 + inner[off[m]]
+        return out
+
+    def rows_at(self, pos: np.ndarray) -> np.ndarray:
+        """Rows at positions `pos` (0 <= pos < n) of this epoch."""
+        pos = np.asarray(pos, np.int64)
+        if self.buffer <= 1 or not len(pos):
+            return self._unbuffered(pos)
+        n, b = self.layout.n, self.buffer
+        lo, hi = max(0, int(pos.min()) - 2 * b), min(n, int(pos.max()) + 2 * b + 1)
+        window = np.arange(lo, hi, dtype=np.int64)
+        keys = window + hash_uniform(self.seed, self.epoch, 2, window) * b
+        ranked = window[np.argsort(keys, kind="stable")]  # exact global ranks lo.. for the inner part
+        return self._unbuffered(ranked[pos - lo])
 
 
 def epoch_order(
     shard_ids: np.ndarray,
     seed: int,
     epoch: int,
-    block_size: int = 64,
+    block_size: int = 16,
     shuffle_buffer: int = 0,
     shuffle: bool = True,
 ) -> np.ndarray:
-    """Row indices (int64) of one epoch in iteration order. Identity when `shuffle` is False."""
-    n = len(shard_ids)
-    if not shuffle or n == 0:
-        return np.arange(n, dtype=np.int64)
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    blocks = block_ids(np.asarray(shard_ids), block_size)
-    rng = _rng(seed, epoch)
-    block_rank = rng.permutation(int(blocks[-1]) + 1)[blocks]
-    jitter = rng.random(n)
-    order = np.lexsort((jitter, block_rank))
-    if shuffle_buffer > 1:
-        keys = np.arange(n, dtype=np.float64) + rng.random(n) * shuffle_buffer
-        order = order[np.argsort(keys, kind="stable")]
-    return order.astype(np.int64, copy=False)
-
-
-def rank_positions(batch: int, global_batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
-    """Stream positions [start, end) of rank `rank`'s slice of global batch `batch`."""
-    if global_batch_size % world_size:
-        raise ValueError(f"global batch size {global_batch_size} is not divisible by world size {world_size}")
-    local = global_batch_size // world_size
-    start = batch * global_batch_size + rank * local
-    return start, start + local
+    """All rows of one epoch in iteration order (the materialised form of `EpochOrder`)."""
+    order = EpochOrder(BlockLayout(np.asarray(shard_ids), block_size), seed, epoch, shuffle_buffer, shuffle)
+    return order.rows_at(np.arange(len(shard_ids), dtype=np.int64))
 
 
 class EpochCache:
-    """Maps stream positions to table rows, keeping the orders of the last two epochs computed."""
+    """Maps stream positions (epochs concatenated) to table rows, keeping the last two epochs' state."""
 
-    def __init__(self, shard_ids: np.ndarray, seed: int, block_size: int, shuffle_buffer: int, shuffle: bool):
-        self.shard_ids = shard_ids
-        self.n = len(shard_ids)
-        self.args = (seed, block_size, shuffle_buffer, shuffle)
-        self._orders: dict[int, np.ndarray] = {}
+    def __init__(self, layout: BlockLayout, seed: int, shuffle_buffer: int, shuffle: bool):
+        self.layout = layout
+        self.n = layout.n
+        self.args = (seed, shuffle_buffer, shuffle)
+        self._orders: dict[int, EpochOrder] = {}
 
-    def order(self, epoch: int) -> np.ndarray:
+    def order(self, epoch: int) -> EpochOrder:
         if epoch not in self._orders:
-            seed, block_size, shuffle_buffer, shuffle = self.args
+            seed, shuffle_buffer, shuffle = self.args
             if len(self._orders) >= 2:
                 self._orders.pop(min(self._orders))
-            self._orders[epoch] = epoch_order(
-                self.shard_ids, seed, epoch, block_size, shuffle_buffer, shuffle
-            )
+            self._orders[epoch] = EpochOrder(self.layout, seed, epoch, shuffle_buffer, shuffle)
         return self._orders[epoch]
 
     def rows_at(self, pos: np.ndarray) -> np.ndarray:
@@ -89,12 +132,12 @@ class EpochCache:
         if self.n == 0:
             return np.zeros(0, np.int64)
         pos = np.asarray(pos, np.int64)
-        if len(pos) and pos.min() // self.n == pos.max() // self.n:  # the usual case: one epoch
-            e = int(pos[0] // self.n)
-            return self.order(e)[pos - e * self.n]
         epochs = pos // self.n
+        if len(pos) and epochs.min() == epochs.max():  # the usual case: one epoch
+            e = int(epochs[0])
+            return self.order(e).rows_at(pos - e * self.n)
         out = np.empty(len(pos), np.int64)
-        for e in np.unique(epochs):
+        for e in np.unique(epochs).tolist():
             m = epochs == e
-            out[m] = self.order(int(e))[pos[m] - e * self.n]
+            out[m] = self.order(e).rows_at(pos[m] - e * self.n)
         return out

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from energon_arrow.loader.order import EpochCache, block_ids, epoch_order, rank_positions
+from energon_arrow.loader.order import BlockLayout, EpochCache, EpochOrder, epoch_order, hash_uniform
 from energon_arrow.loader.schedule import BatchSchedule
 
 
@@ -24,18 +23,25 @@ def test_epoch_order_is_a_permutation_and_deterministic(counts, seed, block):
     assert np.array_equal(a, epoch_order(shard_ids, seed, 3, block_size=block))
 
 
+def _block_of_rows(shard_ids, block):
+    layout = BlockLayout(shard_ids, block)
+    return np.repeat(np.arange(len(layout.sizes)), layout.sizes)
+
+
 def test_epochs_and_seeds_differ_and_blocks_stay_together():
     shard_ids = _shards([50, 50, 50, 50])
     e0, e1 = epoch_order(shard_ids, 1, 0, 10), epoch_order(shard_ids, 1, 1, 10)
     assert not np.array_equal(e0, e1)
     assert not np.array_equal(e0, epoch_order(shard_ids, 2, 0, 10))
-    blocks = block_ids(shard_ids, 10)
+    blocks = _block_of_rows(shard_ids, 10)
     # each run of 10 consecutive positions is exactly one block: reads stay within a small byte range
     assert all(len(set(blocks[e0[i : i + 10]])) == 1 for i in range(0, 200, 10))
+    assert sorted(e0[:10].tolist()) == list(range(e0[:10].min(), e0[:10].min() + 10))
 
 
-def test_block_ids_restart_at_shard_boundaries():
-    assert block_ids(_shards([3, 5]), 2).tolist() == [0, 0, 1, 2, 2, 3, 3, 4]
+def test_blocks_restart_at_shard_boundaries():
+    layout = BlockLayout(_shards([3, 5]), 2)
+    assert layout.starts.tolist() == [0, 2, 3, 5, 7] and layout.sizes.tolist() == [2, 1, 2, 2, 1]
 
 
 def test_shuffle_buffer_displaces_boundedly_and_no_shuffle_is_identity():
@@ -43,26 +49,38 @@ def test_shuffle_buffer_displaces_boundedly_and_no_shuffle_is_identity():
     base = epoch_order(shard_ids, 4, 0, 10)
     buffered = epoch_order(shard_ids, 4, 0, 10, shuffle_buffer=20)
     assert not np.array_equal(base, buffered)
+    assert sorted(buffered.tolist()) == list(range(500))
     where = np.empty(500, np.int64)
     where[buffered] = np.arange(500)
     where_base = np.empty(500, np.int64)
     where_base[base] = np.arange(500)
-    assert np.abs(where - where_base).max() <= 20
+    assert np.abs(where - where_base).max() < 20
     assert epoch_order(shard_ids, 4, 0, shuffle=False).tolist() == list(range(500))
+
+
+@given(st.integers(1, 40), st.integers(0, 60), st.integers(1, 30))
+@settings(max_examples=40, deadline=None)
+def test_any_slice_of_positions_matches_the_whole_epoch(buffer, start, length):
+    shard_ids = _shards([37, 41, 5, 60])
+    order = EpochOrder(BlockLayout(shard_ids, 7), 11, 2, shuffle_buffer=buffer)
+    whole = order.rows_at(np.arange(143))
+    end = min(143, start + length)
+    assert np.array_equal(order.rows_at(np.arange(start, end)), whole[start:end])
+
+
+def test_hash_uniform_range_and_determinism():
+    u = hash_uniform(1, 2, 3, np.arange(10_000))
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.02
+    assert np.array_equal(u, hash_uniform(1, 2, 3, np.arange(10_000)))
+    assert not np.array_equal(u, hash_uniform(1, 3, 3, np.arange(10_000)))
 
 
 def test_stream_positions_wrap_into_later_epochs():
     shard_ids = _shards([7, 6])
-    cache = EpochCache(shard_ids, 5, 4, 0, True)
+    cache = EpochCache(BlockLayout(shard_ids, 4), 5, 0, True)
     rows = cache.rows_at(np.arange(0, 39))
     for e in range(3):
         assert np.array_equal(rows[e * 13 : (e + 1) * 13], epoch_order(shard_ids, 5, e, 4))
-
-
-def test_rank_slices_tile_the_global_batch():
-    assert [rank_positions(3, 12, r, 4) for r in range(4)] == [(36, 39), (39, 42), (42, 45), (45, 48)]
-    with pytest.raises(ValueError, match="not divisible"):
-        rank_positions(0, 10, 0, 4)
 
 
 def test_blend_schedule_exact_proportions_and_rank_independence():
