@@ -25,6 +25,8 @@ from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
 
+RELEASE_EVERY = 64  # batches between drops of a worker's touched index pages (see SplitSource.release_pages)
+
 
 @dataclass
 class LoaderSettings:
@@ -156,7 +158,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 yield b
                 b += n
 
-        skipped = 0
+        skipped = done = 0
         readers = [SampleReader(src) for src in self.sources]
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
@@ -177,6 +179,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
                     continue
                 views = fut.result() if fut is not None else self._fetch(plan, readers)
                 batch, skipped = self.assembler.batch(b, plan, views, skipped)
+                done += 1
+                if done % RELEASE_EVERY == 0:
+                    for src in self.sources:
+                        src.release_pages()
                 if batch is not None:
                     yield b, skipped, batch
         finally:

@@ -9,6 +9,9 @@ Arrays built before the DataLoader forks its workers are shared copy-on-write, n
 
 from __future__ import annotations
 
+import mmap
+import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +39,7 @@ class SplitSource:
     name: str = ""  # for messages: dataset URL + split
     aux: dict = field(default_factory=dict)  # name -> file store handed to cookers (metadataset `aux:`)
     parts: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+    _key_maps: list = field(default_factory=list)  # memory maps behind `keys` (see map_index)
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -86,6 +90,17 @@ class SplitSource:
             name=name,
         )
 
+    def release_pages(self) -> None:
+        """Drop this process's mappings of index pages it touched (they stay in the page cache), so a long
+        running worker's resident set stays bounded; the next access maps them again."""
+        arrays = [self.shard_id, self.sample_index, self.byte_offset, self.byte_size]
+        arrays += [a for pair in (self.parts or {}).values() for a in pair]
+        arrays += self._key_maps
+        for arr in arrays:
+            mm = getattr(arr, "_mmap", None)
+            if mm is not None:
+                mm.madvise(mmap.MADV_DONTNEED)
+
     def subset(self, start: int, end: int) -> SplitSource:
         """Rows [start, end) of the table (metadataset `subset` ranges)."""
         sl = slice(start, end)
@@ -125,6 +140,46 @@ def open_split(
     config = read_dataset_yaml(storage, dataset_yaml)
     src = SplitSource.from_table(storage, table, config, subflavors, f"{storage.url} split {split!r}")
     src.parts = part_layout(parts, len(src))
+    del table, parts
+    return map_index(src)
+
+
+def map_index(src: SplitSource) -> SplitSource:
+    """Move the index arrays into memory-mapped files (unlinked at once; the mappings stay valid), so the
+    DataLoader workers forked later map the same page-cache pages instead of inheriting private copies, and a
+    worker's resident memory does not grow with the dataset."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="energon-arrow-index-")
+    try:
+
+        def mapped(name: str, arr: np.ndarray) -> np.ndarray:
+            path = os.path.join(folder, f"{name}.npy")
+            np.save(path, np.ascontiguousarray(arr))
+            return np.load(path, mmap_mode="r")
+
+        src.shard_id = mapped("shard_id", src.shard_id)
+        src.sample_index = mapped("sample_index", src.sample_index)
+        src.byte_offset = mapped("byte_offset", src.byte_offset)
+        src.byte_size = mapped("byte_size", src.byte_size)
+        if src.parts is not None:
+            src.parts = {
+                k: (mapped(f"p{i}o", o), mapped(f"p{i}s", z))
+                for i, (k, (o, z)) in enumerate(src.parts.items())
+            }
+        if src.keys is not None:
+            keys = src.keys.cast(pa.large_string()) if pa.types.is_string(src.keys.type) else src.keys
+            keys = pa.concat_arrays([keys])  # offset 0, no nulls
+            _, offsets, data = keys.buffers()
+            off = mapped("key_offsets", np.frombuffer(offsets, np.int64, len(keys) + 1))
+            chars = mapped(
+                "key_data", np.frombuffer(data, np.uint8, int(off[-1])) if data else np.zeros(0, np.uint8)
+            )
+            src.keys = pa.LargeStringArray.from_buffers(len(keys), pa.py_buffer(off), pa.py_buffer(chars))
+            src._key_maps = [off, chars]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    pa.default_memory_pool().release_unused()
     return src
 
 
