@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.compute as pc
 
 from energon_arrow.loader.source import open_split
 from energon_arrow.query import open_dataset
@@ -16,7 +17,7 @@ def test_split_is_memory_mapped_and_matches_the_query_layer(prepared_root):
     assert isinstance(src.byte_offset, np.memmap) and isinstance(src.parts["jpg"][0], np.memmap)
     assert src.keys.to_pylist() == table["sample_key"].to_pylist()
     assert np.array_equal(src.byte_offset, table["byte_offset"].to_numpy())
-    jpg = parts.filter(parts["part_name"] == "jpg")
+    jpg = parts.filter(pc.equal(parts["part_name"], "jpg"))
     rel = jpg["content_offset"].to_numpy() - table["byte_offset"].to_numpy()
     assert np.array_equal(src.parts["jpg"][0], rel)
     assert np.array_equal(src.parts["jpg"][1], jpg["content_size"].to_numpy())
