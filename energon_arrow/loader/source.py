@@ -180,7 +180,20 @@ def map_index(src: SplitSource) -> SplitSource:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     pa.default_memory_pool().release_unused()
+    _trim_heap()
     return src
+
+
+def _trim_heap() -> None:
+    """Return the freed parts of the C heap (left by building the index) to the OS before workers fork, so the
+    workers' allocations do not copy-on-write stale parent heap pages."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 # Every part of the split's samples with the row of its sample in `split(name)` order (same ORDER BY).
