@@ -257,7 +257,7 @@ def run(args) -> list[Comparison]:
     note = {"meaning": "ratio = value on the dataset / value on the 10x dataset; 1.0 is flat"}
     out.append(
         Comparison(
-            f"peak private memory (USS) per worker, MiB: {label}",
+            f"peak private dirty memory per worker, MiB: {label}",
             "MiB/worker",
             [u for _, u in small],
             [u for _, u in large],
