@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from energon_arrow.query.errors import StaleIndexError as QueryStaleIndexError
+
 
 class LoaderError(Exception):
     """Bad configuration or bad input found while setting up or running the loader."""
 
 
-class StaleIndexError(LoaderError):
-    """A shard changed (size / etag / mtime) since the dataset was prepared."""
+class StaleIndexError(LoaderError, QueryStaleIndexError):
+    """A shard changed since the dataset was prepared (found while reading; `open_dataset` raises the query
+    layer's StaleIndexError, the base class, when it sees the change first)."""
 
 
 class DecodeError(LoaderError):

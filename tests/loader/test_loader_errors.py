@@ -134,3 +134,15 @@ def test_stale_shard_is_named(dataset_copy):
 def test_not_prepared(tmp_path):
     with pytest.raises(Exception, match="not prepared"):
         _first(str(tmp_path))
+
+
+def test_shard_truncated_after_opening_is_named_while_reading(dataset_copy):
+    from energon_arrow.loader.errors import StaleIndexError
+
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_val_dataset(dataset_copy, worker_config=wc, batch_size=8, task_encoder=RawTE())
+    shard = os.path.join(dataset_copy, "shards", "shard-000003.tar")
+    with open(shard, "r+b") as f:
+        f.truncate(4096)
+    with pytest.raises(StaleIndexError, match=r"shard-000003\.tar: shard ends before byte \d+"):
+        list(ea.get_loader(ds))
