@@ -141,9 +141,18 @@ def _store_setup_ours(root: str) -> float:
 
 
 def _private_dirty(pid: int) -> int:
-    """Bytes of memory only this process has written: its own heap plus parent pages it copied on write."""
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        return 1024 * sum(int(line.split()[1]) for line in f if line.startswith("Private_Dirty:"))
+    """Bytes of anonymous memory only this process has written (its own heap plus parent pages it copied on
+    write). File-backed pages (the page cache behind the memory-mapped index) are shared and not counted."""
+    total, anonymous = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=6)
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping header line
+                name = head[5].strip() if len(head) > 5 else ""
+                anonymous = name in ("", "[heap]", "[stack]") or name.startswith("[anon")
+            elif anonymous and line.startswith("Private_Dirty:"):
+                total += int(head[1]) * 1024
+    return total
 
 
 def _peak_worker_memory(root: str, batches: int) -> tuple[float, float]:
@@ -257,7 +266,7 @@ def run(args) -> list[Comparison]:
     note = {"meaning": "ratio = value on the dataset / value on the 10x dataset; 1.0 is flat"}
     out.append(
         Comparison(
-            f"peak private dirty memory per worker, MiB: {label}",
+            f"peak private anonymous memory per worker, MiB: {label}",
             "MiB/worker",
             [u for _, u in small],
             [u for _, u in large],

@@ -9,6 +9,7 @@ other W' x K' as long as the global batch size is the same.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,6 +81,8 @@ class Loader:
                 if "fork" in torch.multiprocessing.get_all_start_methods()
                 else None,
             )
+        if self.num_workers > 0:
+            gc.freeze()  # forked workers: the collector must not touch (and so copy) the parent's objects
         dl = torch.utils.data.DataLoader(self.dataset, batch_size=None, collate_fn=_as_is, **kwargs)
         expected = self.next_batch
         for b, skipped, batch in dl:
