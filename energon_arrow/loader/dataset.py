@@ -25,7 +25,7 @@ from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
 
-RELEASE_EVERY = 64  # batches between drops of a worker's touched index pages (see SplitSource.release_pages)
+RELEASE_EVERY = 1  # batches between drops of a worker's touched index pages (see SplitSource.release_pages)
 
 
 @dataclass

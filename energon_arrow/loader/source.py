@@ -93,13 +93,11 @@ class SplitSource:
     def release_pages(self) -> None:
         """Drop this process's mappings of index pages it touched (they stay in the page cache), so a long
         running worker's resident set stays bounded; the next access maps them again."""
-        arrays = [self.shard_id, self.sample_index, self.byte_offset, self.byte_size]
-        arrays += [a for pair in (self.parts or {}).values() for a in pair]
-        arrays += self._key_maps
-        for arr in arrays:
-            mm = getattr(arr, "_mmap", None)
-            if mm is not None:
-                mm.madvise(mmap.MADV_DONTNEED)
+        maps = {
+            id(m): m for a in [self.shard_id, *self._key_maps] if (m := getattr(a, "_mmap", None)) is not None
+        }
+        for m in maps.values():
+            m.madvise(mmap.MADV_DONTNEED)
 
     def subset(self, start: int, end: int) -> SplitSource:
         """Rows [start, end) of the table (metadataset `subset` ranges)."""
@@ -158,15 +156,14 @@ def map_index(src: SplitSource) -> SplitSource:
             np.save(path, np.ascontiguousarray(arr))
             return np.load(path, mmap_mode="r")
 
-        src.shard_id = mapped("shard_id", src.shard_id)
-        src.sample_index = mapped("sample_index", src.sample_index)
-        src.byte_offset = mapped("byte_offset", src.byte_offset)
-        src.byte_size = mapped("byte_size", src.byte_size)
+        # one row-major table: a batch's rows touch one region of one mapping, not one per column
+        parts = list((src.parts or {}).items())
+        columns = [src.shard_id, src.sample_index, src.byte_offset, src.byte_size]
+        columns += [c for _, pair in parts for c in pair]
+        table = mapped("rows", np.stack([np.asarray(c, np.int64) for c in columns], axis=1))
+        src.shard_id, src.sample_index, src.byte_offset, src.byte_size = (table[:, i] for i in range(4))
         if src.parts is not None:
-            src.parts = {
-                k: (mapped(f"p{i}o", o), mapped(f"p{i}s", z))
-                for i, (k, (o, z)) in enumerate(src.parts.items())
-            }
+            src.parts = {k: (table[:, 4 + 2 * i], table[:, 5 + 2 * i]) for i, (k, _) in enumerate(parts)}
         if src.keys is not None:
             keys = src.keys.cast(pa.large_string()) if pa.types.is_string(src.keys.type) else src.keys
             keys = pa.concat_arrays([keys])  # offset 0, no nulls
