@@ -1,7 +1,8 @@
-"""Indexing many shards at once: processes for local shards, threads (concurrent streams) for object stores.
+"""Indexing many shards at once: forked processes for local shards, threads for object stores.
 
-`index_shards(storage, shards, num_workers, write_tar_idx=True, shard_ids=None, scratch=None)` yields `(position, ShardIndex | TarFormatError)`
-in input order; each successful shard's `.tar.idx` is written next to it atomically by the worker that read it.
+`index_shards(storage, shards, num_workers, write_tar_idx=True, shard_ids=None, scratch=None)` yields
+`(position, ShardIndex | TarFormatError)` in input order. Each good shard's `.tar.idx` is written next to it:
+locally by the worker that read it (temporary name, then rename), on object stores in batches of concurrent PUTs.
 Storage errors other than bad tar content propagate.
 """
 
@@ -55,10 +56,34 @@ def write_tar_index(storage, rel: str, offsets) -> None:
 
 
 def _pool(storage, num_workers: int):
-    if storage.is_local and num_workers > 1:
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        return cf.ProcessPoolExecutor(num_workers, mp_context=ctx)
+    """Local shards: forked processes. Object stores: threads (concurrent GETs on the shared async client; forked
+    processes measured slower, each setting up its own client)."""
+    if storage.is_local and "fork" in mp.get_all_start_methods():
+        return cf.ProcessPoolExecutor(num_workers, mp_context=mp.get_context("fork"))
     return cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-index")
+
+
+class _RemoteIndexFiles:
+    """`.tar.idx` uploads of an object store, sent in batches of concurrent PUTs (one PUT per file)."""
+
+    def __init__(self, storage, batch: int = 64):
+        self.storage = storage
+        self.batch = batch
+        self.pending: dict[str, bytes] = {}
+
+    def add(self, rel: str, offsets) -> None:
+        self.pending[self.storage.path_of(tar_index_name(rel))] = tar_index_bytes(offsets)
+        if len(self.pending) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        items, self.pending = self.pending, {}
+        try:
+            self.storage.fs.pipe(items)
+        except Exception as exc:  # noqa: BLE001 - classified into a StorageError naming the URL
+            raise classify(exc, self.storage.url_of(next(iter(items)).rsplit("/", 1)[0])) from None
 
 
 def index_shards(
@@ -74,17 +99,19 @@ def index_shards(
     if not shards:
         return
     ids = shard_ids if shard_ids is not None else list(range(len(shards)))
-    if num_workers <= 1 and storage.is_local:
+    if num_workers <= 1 and storage.is_local:  # in-process
         for i, (rel, size) in enumerate(shards):
             yield i, index_one(storage, rel, size, write_tar_idx, ids[i], scratch)
         return
     window = max(2, 4 * num_workers)  # bounded look-ahead: results are consumed in order
+    remote_idx = _RemoteIndexFiles(storage) if write_tar_idx and not storage.is_local else None
+    local_idx = write_tar_idx and remote_idx is None
     pool = _pool(storage, num_workers)
     pending: deque = deque()
     try:
         it = iter(enumerate(shards))
         for i, (rel, size) in it:
-            pending.append((i, pool.submit(index_one, storage, rel, size, write_tar_idx, ids[i], scratch)))
+            pending.append((i, pool.submit(index_one, storage, rel, size, local_idx, ids[i], scratch)))
             if len(pending) >= window:
                 break
         while pending:
@@ -93,9 +120,12 @@ def index_shards(
             nxt = next(it, None)
             if nxt is not None:
                 j, (rel, size) = nxt
-                pending.append(
-                    (j, pool.submit(index_one, storage, rel, size, write_tar_idx, ids[j], scratch))
-                )
+                pending.append((j, pool.submit(index_one, storage, rel, size, local_idx, ids[j], scratch)))
+            if remote_idx is not None:
+                if not isinstance(result, TarFormatError):
+                    remote_idx.add(shards[i][0], result.tar_index())
+                if not pending:  # the last shard: upload before the consumer may close the generator
+                    remote_idx.flush()
             yield i, result
     finally:
         for _, fut in pending:

@@ -1,7 +1,7 @@
 """Fast tar shard indexing: a hand-written header walk (no `tarfile`) and vectorised sample grouping.
 
 - `index_shard(storage, rel, size=None, block_size=8 MiB) -> ShardIndex`: walk one shard (local: mmap; remote:
-  one sequential stream, whole into memory up to `WHOLE_READ_LIMIT`, else through a sliding window) and group
+  one GET up to `WHOLE_READ_LIMIT`, else one sequential stream through a sliding window) and group
   its members into energon samples and parts.
 - `scan_members_fast(uint8_array, shard)`: the vectorised walk for plain local shards (None: use the general one).
 - `scan_members(read, size, shard)` / `build_shard_index(members, shard)`: the two steps, for custom sources.
@@ -27,20 +27,7 @@ def _map(storage, rel: str) -> np.ndarray:
         return np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=np.uint8)
 
 
-WHOLE_READ_LIMIT = 256 << 20  # remote shards up to this size are fetched whole (one sequential stream)
-
-
-def _read_all(storage, rel: str, size: int, block_size: int) -> bytes:
-    buf = bytearray(size)
-    view = memoryview(buf)
-    with storage.open_stream(rel, block_size=block_size) as stream:
-        filled = 0
-        while filled < size:
-            n = stream.readinto(view[filled:])
-            if not n:
-                break
-            filled += n
-    return bytes(view[:filled]) if filled < size else bytes(buf)
+WHOLE_READ_LIMIT = 64 << 20  # remote shards up to this size are fetched whole with one GET
 
 
 def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 << 20) -> ShardIndex:
@@ -52,7 +39,7 @@ def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 
         if members is not None:
             return build_shard_index(members, url)
     elif not storage.is_local and 0 < size <= WHOLE_READ_LIMIT:
-        data = _read_all(storage, rel, size, block_size)
+        data = storage.read_range(rel, 0, size)  # one GET, no HEAD
         members = scan_members_fast(np.frombuffer(data, dtype=np.uint8), url)
         if members is None:
             members = scan_members(lambda offset, n: data[offset : offset + n], len(data), url)

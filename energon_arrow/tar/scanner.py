@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from energon_arrow.tar.arrow import from_bytes_list
 from energon_arrow.tar.errors import TarFormatError
 from energon_arrow.tar.header import (
     AREGTYPE,
@@ -211,7 +212,7 @@ def scan_members(read, size: int, shard: str) -> Members:
         np.array(starts, dtype=np.int64),
         np.array(data_offsets, dtype=np.int64),
         np.array(sizes, dtype=np.int64),
-        pa.array(names, pa.binary()),
+        from_bytes_list(names),
         off,
         n_headers,
     )
