@@ -1,4 +1,5 @@
-"""Indexing many shards at once: forked processes for local shards, threads for object stores.
+"""Indexing many shards at once: forked processes for local shards; for object stores, download threads (one GET
+per shard) feeding forked CPU processes.
 
 `index_shards(storage, shards, num_workers, write_tar_idx=True, shard_ids=None, scratch=None)` yields
 `(position, ShardIndex | TarFormatError)` in input order. Each good shard's `.tar.idx` is written next to it:
@@ -15,10 +16,11 @@ import os
 from collections import deque
 from collections.abc import Iterator
 
+import energon_arrow.tar as tar_pkg
 from energon_arrow.adapters.errors import classify
 from energon_arrow.index.sqlite_writer import scratch_writer
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
-from energon_arrow.tar import TarFormatError, index_shard
+from energon_arrow.tar import TarFormatError, index_bytes, index_shard
 from energon_arrow.tar.samples import ShardIndex
 
 
@@ -55,12 +57,33 @@ def write_tar_index(storage, rel: str, offsets) -> None:
         raise classify(exc, storage.url_of(tar_index_name(rel))) from None
 
 
-def _pool(storage, num_workers: int):
-    """Local shards: forked processes. Object stores: threads (concurrent GETs on the shared async client; forked
-    processes measured slower, each setting up its own client)."""
-    if storage.is_local and "fork" in mp.get_all_start_methods():
-        return cf.ProcessPoolExecutor(num_workers, mp_context=mp.get_context("fork"))
-    return cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-index")
+def _can_fork() -> bool:
+    return "fork" in mp.get_all_start_methods()
+
+
+def _process_pool(workers: int):
+    return cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+
+
+def index_data(data: bytes, url: str, shard_id: int, scratch: str | None) -> ShardIndex | TarFormatError:
+    """Index a shard held in memory (in a CPU worker process); rows go to that process's scratch database."""
+    try:
+        result = index_bytes(data, url)
+    except TarFormatError as exc:
+        return exc
+    if scratch is not None:
+        scratch_writer(scratch).add(shard_id, result)
+    return result
+
+
+def _fetch(storage, rel: str, size: int, shard_id: int, scratch: str | None, cpu_pool):
+    """Object stores, in a download thread: one GET for the whole shard, then the CPU work goes to a process
+    (the header walk and row binding would otherwise hold the GIL the async S3 client needs). Shards above
+    WHOLE_READ_LIMIT are streamed and indexed in this thread."""
+    if cpu_pool is None or not 0 < size <= tar_pkg.WHOLE_READ_LIMIT:
+        return index_one(storage, rel, size, False, shard_id, scratch)
+    data = storage.read_range(rel, 0, size)
+    return cpu_pool.submit(index_data, data, storage.url_of(rel), shard_id, scratch)
 
 
 class _RemoteIndexFiles:
@@ -105,22 +128,35 @@ def index_shards(
         return
     window = max(2, 4 * num_workers)  # bounded look-ahead: results are consumed in order
     remote_idx = _RemoteIndexFiles(storage) if write_tar_idx and not storage.is_local else None
-    local_idx = write_tar_idx and remote_idx is None
-    pool = _pool(storage, num_workers)
+    cpu_pool = None
+    if storage.is_local:
+        pool = _process_pool(num_workers) if _can_fork() else cf.ThreadPoolExecutor(num_workers)
+
+        def submit(i, rel, size):
+            return pool.submit(index_one, storage, rel, size, write_tar_idx, ids[i], scratch)
+    else:
+        pool = cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-fetch")
+        cpu_pool = _process_pool(max(1, min(num_workers, os.cpu_count() or 1))) if _can_fork() else None
+
+        def submit(i, rel, size):
+            return pool.submit(_fetch, storage, rel, size, ids[i], scratch, cpu_pool)
+
     pending: deque = deque()
     try:
         it = iter(enumerate(shards))
         for i, (rel, size) in it:
-            pending.append((i, pool.submit(index_one, storage, rel, size, local_idx, ids[i], scratch)))
+            pending.append((i, submit(i, rel, size)))
             if len(pending) >= window:
                 break
         while pending:
             i, fut = pending.popleft()
             result = fut.result()
+            if isinstance(result, cf.Future):
+                result = result.result()
             nxt = next(it, None)
             if nxt is not None:
                 j, (rel, size) = nxt
-                pending.append((j, pool.submit(index_one, storage, rel, size, local_idx, ids[j], scratch)))
+                pending.append((j, submit(j, rel, size)))
             if remote_idx is not None:
                 if not isinstance(result, TarFormatError):
                     remote_idx.add(shards[i][0], result.tar_index())
@@ -131,6 +167,8 @@ def index_shards(
         for _, fut in pending:
             fut.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+        if cpu_pool is not None:
+            cpu_pool.shutdown(wait=True, cancel_futures=True)
 
 
 def default_workers() -> int:
