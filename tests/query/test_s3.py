@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 
+import pyarrow.parquet as pq
 import pytest
 
 from energon_arrow.adapters import open_storage
+from energon_arrow.cli.main import main
 from energon_arrow.query import StaleIndexError, open_dataset
 
 
@@ -54,12 +58,6 @@ def test_memory_dataset(energon_ds, memory_root):
 
 @pytest.mark.s3
 def test_cli_query_and_info_on_s3(energon_ds, s3_root, capsysbinary):
-    import json
-
-    import pyarrow.parquet as pq
-
-    from energon_arrow.cli.main import main
-
     url, options = s3_root
     upload(energon_ds, url, options)
     opts = ["--storage-options", json.dumps(options)]
@@ -81,8 +79,6 @@ def test_cli_query_and_info_on_s3(energon_ds, s3_root, capsysbinary):
         f"{url}/out/val.parquet",
     )
     data = open_storage(url, options).read_bytes("out/val.parquet")
-    import io
-
     assert pq.read_table(io.BytesIO(data)).num_rows == 12
     info = json.loads(cli("info", url, "--json").out)
     assert info["samples"] == 48 and info["path"] == url
