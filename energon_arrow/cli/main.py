@@ -10,6 +10,9 @@ import click
 # Each module defines `command` (a click.Command). Order is the order of `--help`.
 SUBCOMMAND_MODULES = [
     "energon_arrow.cli.demo",
+    "energon_arrow.cli.prepare",
+    "energon_arrow.cli.query",
+    "energon_arrow.cli.info",
 ]
 
 

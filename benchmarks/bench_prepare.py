@@ -1,0 +1,119 @@
+"""`energon-arrow prepare` vs `energon prepare --num-workers 2`, end to end (CLI, index.sqlite included), plus
+S3 prepare throughput vs the storage adapter's sequential read throughput on SeaweedFS.
+
+Data: 64 shards x 1,000 samples x 3 parts (2 KiB jpg, txt, json) under benchmarks/data/prepare/ (generated once;
+the reference side gets hard links to the same tars in its own folder so the two `.nv-meta` never mix).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+from benchmarks.harness import Comparison, alternate
+from energon_arrow.adapters import open_storage
+from energon_arrow.testing.synthetic import write_webdataset
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+def _dataset(quick: bool) -> tuple[str, str, int, int]:
+    shards, samples = (8, 200) if quick else (64, 1000)
+    base = os.path.join(HERE, "data", f"prepare-{shards}x{samples}")
+    ours, ref = os.path.join(base, "ours"), os.path.join(base, "energon")
+    if not os.path.isdir(os.path.join(ours, "shards")):
+        shutil.rmtree(base, ignore_errors=True)
+        write_webdataset(ours, shards=shards, samples_per_shard=samples, image_bytes=2048)
+        os.makedirs(os.path.join(ref, "shards"))
+        for name in sorted(os.listdir(os.path.join(ours, "shards"))):
+            if name.endswith(".tar"):
+                os.link(os.path.join(ours, "shards", name), os.path.join(ref, "shards", name))
+    return ours, ref, shards, samples
+
+
+def _run(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
+    return elapsed
+
+
+def _energon_cli() -> list[str]:
+    exe = shutil.which("energon")
+    if exe:
+        return [exe]
+    return [sys.executable, "-m", "megatron.energon.cli.main"]
+
+
+def _local(args) -> Comparison:
+    ours_dir, ref_dir, shards, samples = _dataset(args.quick)
+    common = ["--non-interactive", "--split-ratio", "8,1,1", "--force-overwrite", "--no-progress"]
+    ours_cmd = [sys.executable, "-m", "energon_arrow", "prepare", ours_dir, *common, "--num-workers", "2"]
+    ref_cmd = [*_energon_cli(), "prepare", ref_dir, *common, "--num-workers", "2"]
+    ours, ref = alternate(lambda: _run(ours_cmd), lambda: _run(ref_cmd), 1 if args.quick else args.repeats)
+    return Comparison(
+        name=f"prepare local {shards}x{samples}x3 (CLI end to end)",
+        unit="s",
+        ours=ours,
+        reference=ref,
+        target=10.0,
+        notes={"samples": shards * samples, "ours_cmd": "energon-arrow prepare --num-workers 2",
+               "reference_cmd": "energon prepare --num-workers 2"},
+    )
+
+
+def _s3(args) -> Comparison:
+    from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+    from energon_arrow.meta import parse_split_ratio
+    from energon_arrow.testing.seaweedfs import start_seaweedfs
+
+    ours_dir, _, shards, samples = _dataset(args.quick)
+    server = start_seaweedfs()
+    try:
+        bucket = server.create_bucket("bench-prepare")
+        url = f"s3://{bucket}/{uuid.uuid4().hex[:8]}"
+        store = open_storage(url, server.storage_options)
+        names = sorted(f for f in os.listdir(os.path.join(ours_dir, "shards")) if f.endswith(".tar"))
+        total = 0
+        for name in names:
+            with open(os.path.join(ours_dir, "shards", name), "rb") as f:
+                data = f.read()
+            store.write_atomic(f"shards/{name}", data)
+            total += len(data)
+
+        def sequential_read() -> float:
+            t0 = time.perf_counter()
+            for name in names:
+                with store.open_stream(f"shards/{name}") as f:
+                    while f.read(8 << 20):
+                        pass
+            return total / (time.perf_counter() - t0) / 2**20
+
+        def prepare() -> float:
+            t0 = time.perf_counter()
+            prepare_dataset(url, PrepareOptions(split_ratio=parse_split_ratio("8,1,1"), force=True, num_workers=4),
+                            storage_options=server.storage_options)
+            return total / (time.perf_counter() - t0) / 2**20
+
+        ours, ref = alternate(prepare, sequential_read, 1 if args.quick else args.repeats)
+    finally:
+        server.stop()
+    return Comparison(
+        name=f"prepare on S3 (SeaweedFS) {shards}x{samples}x3 vs sequential read",
+        unit="MiB/s",
+        ours=ours,
+        reference=ref,
+        target=0.7,
+        notes={"bytes": total, "reference": "Storage.open_stream read of every shard, one after the other"},
+    )
+
+
+def run(args) -> list[Comparison]:
+    return [_local(args), _s3(args)]

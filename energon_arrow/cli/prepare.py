@@ -1,0 +1,175 @@
+"""`energon-arrow prepare PATH_OR_URL`: energon's `prepare` options, faster, incremental, safe (docs/prepare.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+
+from energon_arrow.adapters import open_storage
+from energon_arrow.cli.common import storage_options
+from energon_arrow.cli.prepare_ui import ShardProgress, ask_dataset_yaml, ask_split_ratio, echo_summary
+from energon_arrow.index.discover import discover_shards
+from energon_arrow.index.distributed import prepare_distributed
+from energon_arrow.index.prepare import PrepareOptions
+from energon_arrow.meta import (
+    CRUDE,
+    DATASET_YAML,
+    check_sample_type,
+    crude_dataset,
+    field_map_dataset,
+    info_exists,
+    parse_field_map,
+    parse_split_parts,
+    parse_split_ratio,
+    sample_loader_dataset,
+)
+from energon_arrow.tar import index_shard
+
+
+def _dataset_yaml(sample_type, field_map, skip, non_interactive, interactive_parts):
+    if skip:
+        return None
+    if sample_type is not None:
+        check_sample_type(sample_type)
+        if sample_type == CRUDE:
+            return crude_dataset()
+        if field_map is not None:
+            return field_map_dataset(sample_type, parse_field_map(field_map))
+        return sample_loader_dataset(sample_type)
+    if field_map is not None:
+        raise click.UsageError("--field-map needs --sample-type")
+    if non_interactive or interactive_parts is None:
+        return None
+    return ask_dataset_yaml(*interactive_parts())
+
+
+@click.command(name="prepare")
+@click.argument("path")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar (on stderr).")
+@click.option(
+    "--split-parts",
+    multiple=True,
+    metavar="NAME:REGEX",
+    help="Shards of a split by regex on their relative path (repeatable); replaces --split-ratio.",
+)
+@click.option(
+    "--exclude", metavar="REGEX", help="Leave out tar files whose relative path matches (re.search)."
+)
+@click.option(
+    "--num-workers",
+    type=int,
+    default=0,
+    show_default="one per CPU, at most 16",
+    help="Parallel shard readers (processes for local shards, streams for object stores).",
+)
+@click.option(
+    "--tar-index-only", is_flag=True, help="Only (re)write the .tar.idx files of the indexed shards."
+)
+@click.option(
+    "--shuffle-tars", is_flag=True, help="Shuffle shards (seed 42, like energon) before the ratio split."
+)
+@click.option("--non-interactive", is_flag=True, help="Never ask; missing choices are errors or skipped.")
+@click.option("--split-ratio", metavar="TRAIN,VAL,TEST", help='Split by whole shards, e.g. "8,1,1".')
+@click.option(
+    "--force-overwrite",
+    is_flag=True,
+    help="Re-index every shard (default: re-index only new or changed shards of a prepared dataset).",
+)
+@click.option("--skip-dataset-yaml", is_flag=True, help="Do not write dataset.yaml.")
+@click.option(
+    "--dataset-yaml-name", default=DATASET_YAML, show_default=True, help="Name of the dataset yaml."
+)
+@click.option(
+    "--sample-type", metavar="CLASS", help="energon sample type (e.g. CaptioningSample, CrudeWebdataset)."
+)
+@click.option("--field-map", metavar="JSON", help='Field map, e.g. \'{"image": "jpg", "caption": "txt"}\'.')
+@click.option(
+    "--tmp-path", type=click.Path(file_okay=False), help="Where to build index.sqlite before publishing."
+)
+@click.option(
+    "--skip-bad-shards", is_flag=True, help="Leave out unreadable shards (reported) instead of failing."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@storage_options
+def command(
+    path,
+    progress,
+    split_parts,
+    exclude,
+    num_workers,
+    tar_index_only,
+    shuffle_tars,
+    non_interactive,
+    split_ratio,
+    force_overwrite,
+    skip_dataset_yaml,
+    dataset_yaml_name,
+    sample_type,
+    field_map,
+    tmp_path,
+    skip_bad_shards,
+    as_json,
+    storage_options,
+):
+    """Index the WebDataset tar shards under PATH_OR_URL (local folder or s3://bucket/prefix) for energon.
+
+    Writes energon's .nv-meta (.info.json, split.yaml, dataset.yaml, index.sqlite, index.uuid), a .tar.idx next
+    to every shard and Parquet side indexes under .nv-meta/arrow/. Runs under torchrun too (each rank indexes
+    its share of the shards, rank 0 writes the index).
+    """
+    interactive = not non_interactive and sys.stdin.isatty()
+    storage = open_storage(path, storage_options)
+    options = PrepareOptions(
+        exclude=exclude,
+        num_workers=num_workers,
+        force=force_overwrite,
+        skip_bad_shards=skip_bad_shards,
+        tar_index_only=tar_index_only,
+        shuffle_tars=shuffle_tars,
+        dataset_yaml_name=dataset_yaml_name,
+        tmp_path=tmp_path,
+    )
+    if not tar_index_only:
+        if (
+            info_exists(storage)
+            and not force_overwrite
+            and interactive
+            and not click.confirm(
+                "It seems the dataset had already been prepared. Do you want to continue "
+                "(new and changed shards are re-indexed)?"
+            )
+        ):
+            return
+        if split_parts:
+            options.split_parts = parse_split_parts(list(split_parts))
+        else:
+            if split_ratio is None and interactive:
+                split_ratio = ask_split_ratio()
+            if split_ratio is None:
+                raise click.UsageError("--split-ratio or --split-parts is required (or --tar-index-only)")
+            options.split_ratio = parse_split_ratio(split_ratio)
+
+        def first_shard_parts():
+            shards, _ = discover_shards(storage, exclude)
+            if not shards:
+                return [], "(none)"
+            return index_shard(storage, shards[0].path, shards[0].size).part_types(), shards[0].path
+
+        options.dataset_yaml = _dataset_yaml(
+            sample_type,
+            field_map,
+            skip_dataset_yaml,
+            not interactive,
+            first_shard_parts if interactive else None,
+        )
+    console = Console(stderr=True)
+    bar = ShardProgress(console) if progress and not as_json else None
+    try:
+        result = prepare_distributed(storage, options, progress=bar)
+    finally:
+        if bar is not None:
+            bar.stop()
+    if result is not None:
+        echo_summary(result, as_json)

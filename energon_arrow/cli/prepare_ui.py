@@ -1,0 +1,138 @@
+"""Terminal pieces of `energon-arrow prepare`: the progress bar, the interactive questions, the summary."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.text import Text
+
+from energon_arrow.meta import CRUDE, SAMPLE_TYPES, crude_dataset, field_map_dataset, sample_loader_dataset
+
+
+class _SamplesPerSecond(ProgressColumn):
+    def render(self, task) -> Text:
+        elapsed = task.elapsed or 0.0
+        rate = task.fields.get("samples", 0) / elapsed if elapsed > 0 else 0.0
+        return Text(f"{rate:,.0f} samples/s", style="progress.data.speed")
+
+
+class ShardProgress:
+    """A rich progress bar over shards; advances by bytes so the ETA follows the data volume."""
+
+    def __init__(self, console: Console):
+        self._progress = Progress(
+            TextColumn("indexing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("shards"),
+            _SamplesPerSecond(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task = None
+        self._shards = 0
+        self._samples = 0
+
+    def start(self, shards: int, nbytes: int) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task("indexing", total=max(nbytes, 1), samples=0)
+        self._total_shards = shards
+
+    def advance(self, path: str, samples: int, nbytes: int) -> None:
+        self._shards += 1
+        self._samples += samples
+        self._progress.update(self._task, advance=nbytes, samples=self._samples)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._progress.stop()
+
+
+def ask_split_ratio() -> str:
+    return click.prompt(
+        'Please enter a desired train/val/test split like "0.5, 0.2, 0.3" or "8,1,1"', type=str
+    )
+
+
+def ask_dataset_yaml(part_types: list[str], first_shard: str):
+    """energon's questions, in its order: create dataset.yaml?, sample type (or crude), field map or sample
+    loader, one part per field. Returns a DatasetYaml or None."""
+    click.echo(f"Part types found in the first shard ({first_shard}): {', '.join(part_types)}")
+    if not click.confirm("Do you want to create a dataset.yaml interactively?", default=True):
+        return None
+    names = [*SAMPLE_TYPES, CRUDE]
+    click.echo("The following sample types are available:")
+    for i, name in enumerate(names):
+        click.echo(f"{i}. {name}" + ("  (plain dict for cooking)" if name == CRUDE else ""))
+    while True:
+        choice = click.prompt("Please enter a number to choose a class", type=int)
+        if 0 <= choice < len(names):
+            break
+        click.echo("Invalid choice. Please try again.")
+    sample_type = names[choice]
+    if sample_type == CRUDE:
+        click.echo("CrudeWebdataset needs no field map; provide a Cooker in your TaskEncoder.")
+        return crude_dataset()
+    if len(part_types) > 10 or not click.confirm(
+        "Do you want to set a simple field_map[Y] (or write your own sample_loader [n])?", default=True
+    ):
+        return sample_loader_dataset(sample_type)
+    click.echo(
+        "For each field, enter the part name (json[field][field] for JSON fields, jpg,png for alternatives)."
+    )
+    field_map = {}
+    for f in SAMPLE_TYPES[sample_type]:
+        hint = f" ({f.type}" + ("" if f.required else f", default: {f.default}") + ")"
+        while True:
+            value = click.prompt(f"Part for field '{f.name}'{hint}", default="", show_default=False).strip()
+            if not value and not f.required:
+                break
+            options = [v.split("[", 1)[0] for v in value.split(",")]
+            if value and all(o in part_types for o in options):
+                field_map[f.name] = value
+                break
+            click.echo(
+                f"That part type doesn't exist in the shard ({', '.join(part_types)}). Please try again."
+            )
+    return field_map_dataset(sample_type, field_map)
+
+
+def echo_summary(result, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    for w in result.warnings:
+        click.echo(f"warning: {w}", err=True)
+    for bad in result.bad_shards:
+        click.echo(f"skipped bad shard: {bad.error}", err=True)
+    rate = result.samples / result.seconds if result.seconds else 0.0
+    parts = ", ".join(f"{k}: {v:,}" for k, v in result.part_types.items())
+    click.echo(
+        f"Prepared {result.root}: {result.shards:,} shards ({result.indexed:,} indexed, {result.reused:,} unchanged, "
+        f"{result.removed:,} removed, {len(result.bad_shards):,} bad), {result.samples:,} samples, "
+        f"{result.parts:,} parts ({parts}), {result.bytes / 2**20:,.1f} MiB in {result.seconds:.2f} s "
+        f"({rate:,.0f} samples/s)"
+    )
+    if result.splits:
+        click.echo(
+            "Splits: "
+            + ", ".join(
+                f"{k}: {result.splits[k]} shards / {result.split_samples[k]:,} samples" for k in result.splits
+            )
+        )

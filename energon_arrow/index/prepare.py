@@ -1,0 +1,365 @@
+"""`prepare_dataset`: index a WebDataset folder (local or object store) into energon's `.nv-meta` + side indexes.
+
+Steps: discover shards (`discover.py`); reuse the rows of shards whose identity (size, mtime, ETag) matches the
+previous side index unless `force` (incremental prepare); index the others in parallel (`workers.py`, each
+worker writes its shard's `.tar.idx`); stream rows into `index.sqlite` and the Parquet side indexes as shards
+complete, in shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end
+(`Storage.publish_folder`). Everything is built in a private temporary folder, so an error or an interrupt
+leaves the previous `.nv-meta` as it was.
+
+Bad shards (`TarFormatError`, duplicate keys across shards) fail the prepare, or with `skip_bad_shards` are left
+out and reported in `PrepareResult.bad_shards`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow.compute as pc
+
+from energon_arrow.adapters import open_storage
+from energon_arrow.index.discover import discover_shards
+from energon_arrow.index.side_index import SideIndexWriter, drop_side_shards, read_side_index
+from energon_arrow.index.sqlite_writer import (
+    DuplicateKeyError,
+    build_index_sqlite,
+    close_scratch_writers,
+    scratch_files,
+    scratch_writer,
+)
+from energon_arrow.index.workers import default_workers, index_shards, write_tar_index
+from energon_arrow.meta import (
+    DATASET_YAML,
+    INDEX_SQLITE,
+    INDEX_UUID,
+    INFO_JSON,
+    META_DIR,
+    SAMPLE_LOADER_PY,
+    SPLIT_YAML,
+    DatasetInfo,
+    DatasetYaml,
+    MetaError,
+    SplitConfig,
+    check_field_map,
+    dataset_yaml_bytes,
+    info_json_bytes,
+    new_index_uuid,
+    pattern_split,
+    ratio_split,
+    read_info,
+    sample_loader_py,
+    split_yaml_bytes,
+    tar_index_name,
+    unmatched_parts,
+)
+from energon_arrow.tar import TarFormatError
+
+
+@dataclass
+class PrepareOptions:
+    split_ratio: list[tuple[str, float]] | None = None  # from meta.parse_split_ratio
+    split_parts: list[tuple[str, str]] | None = None  # from meta.parse_split_parts
+    shuffle_tars: bool = False
+    exclude: str | None = None
+    num_workers: int = 0  # 0: one per CPU (at most 16)
+    force: bool = False  # re-index every shard (no reuse of unchanged shards)
+    skip_bad_shards: bool = False
+    tar_index_only: bool = False
+    dataset_yaml: DatasetYaml | None = None
+    dataset_yaml_name: str = DATASET_YAML
+    tmp_path: str | None = None  # where index.sqlite is built (default: inside the dataset for local roots)
+    shuffle_seed: int = 42
+
+
+@dataclass
+class BadShard:
+    path: str
+    error: str
+
+
+@dataclass
+class PrepareResult:
+    root: str
+    shards: int = 0
+    samples: int = 0
+    parts: int = 0
+    bytes: int = 0
+    part_types: dict[str, int] = field(default_factory=dict)
+    splits: dict[str, int] = field(default_factory=dict)  # split -> shard count
+    split_samples: dict[str, int] = field(default_factory=dict)
+    indexed: int = 0  # shards read this run
+    reused: int = 0  # shards whose rows came from the previous index
+    removed: int = 0  # shards of the previous index that are gone
+    bad_shards: list[BadShard] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["bad_shards"] = [b.__dict__ for b in self.bad_shards]
+        return d
+
+
+class Progress(Protocol):
+    """What prepare reports while it runs (the CLI draws a progress bar from it)."""
+
+    def start(self, shards: int, nbytes: int) -> None: ...
+
+    def advance(self, path: str, samples: int, nbytes: int) -> None: ...
+
+
+Indexer = Callable[[object, list[tuple[str, int]], int], Iterator[tuple[int, object]]]
+
+
+@dataclass
+class Plan:
+    """Which shards a prepare covers and which of them must be read (the rest reuse the previous rows)."""
+
+    shards: list  # FileInfo, in tar_file_id order
+    files: dict[str, int]  # every file below the root -> size
+    previous: object  # SideIndex | None
+    reuse: dict[str, bool]
+    to_index: list[tuple[str, int]]
+    removed: int
+
+
+def plan_prepare(storage, options: PrepareOptions) -> Plan:
+    shards, files = discover_shards(storage, options.exclude)
+    if not shards:
+        raise MetaError(
+            f"{storage.url}: no .tar shards found"
+            + (f" (after --exclude {options.exclude!r})" if options.exclude else "")
+        )
+    previous = None if options.force else read_side_index(storage)
+    reuse: dict[str, bool] = {}
+    for f in shards:
+        ident = previous.identity(f.path) if previous else None
+        reuse[f.path] = ident is not None and ident == (f.size, f.mtime, f.etag)
+    removed = 0
+    if previous is not None:
+        current = {f.path for f in shards}
+        removed = sum(1 for p in previous.shards.column("path").to_pylist() if p not in current)
+    to_index = [(f.path, f.size) for f in shards if not reuse[f.path]]
+    return Plan(shards, files, previous, reuse, to_index, removed)
+
+
+def _split(names: list[str], options: PrepareOptions, result: PrepareResult) -> dict[str, list[str]]:
+    if options.split_parts:
+        split = pattern_split(names, options.split_parts)
+        empty = unmatched_parts(split)
+        if empty:
+            patterns = {n: p for n, p in options.split_parts}
+            raise MetaError(
+                "--split-parts: no shard matches "
+                + ", ".join(f"{n}:{patterns[n]!r}" for n in empty)
+                + f" (patterns are regexes matched at the start of the shard path, e.g. {names[0]!r})"
+            )
+        return split
+    if options.split_ratio:
+        seed = options.shuffle_seed if options.shuffle_tars else None
+        split = ratio_split(names, options.split_ratio, seed)
+        for name, ratio in options.split_ratio:
+            if ratio > 0 and not split[name]:
+                result.warnings.append(
+                    f"split {name!r} has ratio {ratio:g} but received no shard ({len(names)} shards in total; "
+                    "splits are by whole shards)"
+                )
+        return split
+    raise MetaError("a split is required: give --split-ratio or --split-parts")
+
+
+def _build_dir(storage, tmp_path: str | None) -> str:
+    if tmp_path:
+        os.makedirs(tmp_path, exist_ok=True)
+        return tempfile.mkdtemp(prefix="energon-arrow-prepare-", dir=tmp_path)
+    if storage.is_local:
+        root = storage.local_path("")
+        os.makedirs(root, exist_ok=True)
+        return tempfile.mkdtemp(prefix=".nv-meta.build-", dir=root)
+    return tempfile.mkdtemp(prefix="energon-arrow-prepare-")
+
+
+def prepare_dataset(
+    url,
+    options: PrepareOptions | None = None,
+    storage_options: dict | None = None,
+    progress: Progress | None = None,
+    indexer: Indexer | None = None,
+) -> PrepareResult:
+    """Prepare the dataset at `url`. `indexer(storage, [(path, size)], workers)` replaces the local shard
+    indexing (it must yield `(position, ShardIndex | TarFormatError)` in order; used by torchrun mode)."""
+    options = options or PrepareOptions()
+    start = time.perf_counter()
+    storage = open_storage(url, storage_options)
+    result = PrepareResult(root=storage.url)
+    if options.tar_index_only:
+        return _tar_index_only(storage, options, result, progress, start)
+    if options.split_parts is None and options.split_ratio is None:
+        raise MetaError("a split is required: give --split-ratio or --split-parts")
+    plan = plan_prepare(storage, options)
+    shards, files, previous, reuse, to_index = (
+        plan.shards,
+        plan.files,
+        plan.previous,
+        plan.reuse,
+        plan.to_index,
+    )
+    result.removed = plan.removed
+    workers = options.num_workers or default_workers()
+    workers = max(1, min(workers, len(to_index) or 1))
+    if progress is not None:
+        progress.start(len(shards), sum(f.size for f in shards))
+    build = _build_dir(storage, options.tmp_path)
+    scratch = os.path.join(build, "scratch")
+    os.makedirs(scratch)
+    side = scanned = None
+    positions = {f.path: pos for pos, f in enumerate(shards)}
+    try:
+        side = SideIndexWriter(build)
+        if indexer is None:
+            ids = [positions[path] for path, _ in to_index]
+            scanned = index_shards(storage, to_index, workers, shard_ids=ids, scratch=scratch)
+        else:
+            scanned = indexer(storage, to_index, workers)
+        counts: dict[str, int] = {}
+        shard_parts: dict[str, Counter] = {}
+        id_map: dict[int, int] = {}  # position in `shards` -> tar_file_id
+        for pos, f in enumerate(shards):
+            if reuse[f.path]:
+                index = previous.shard_rows(f.path)
+                result.reused += 1
+                if files.get(tar_index_name(f.path)) != 8 * (index.sample_count + 1):
+                    write_tar_index(storage, f.path, index.tar_index())
+                scratch_writer(scratch).add(pos, index)
+            else:
+                _, index = next(scanned)
+                result.indexed += 1
+                if isinstance(index, TarFormatError):
+                    if not options.skip_bad_shards:
+                        raise index
+                    result.bad_shards.append(BadShard(f.path, str(index)))
+                    continue
+                if indexer is not None:
+                    scratch_writer(scratch).add(pos, index)
+            id_map[pos] = len(counts)
+            side.add_shard(len(counts), f.path, f.size, f.mtime, f.etag, index)
+            counts[f.path] = index.sample_count
+            shard_parts[f.path] = Counter(
+                {row["values"]: row["counts"] for row in pc.value_counts(index.part_names).to_pylist()}
+            )
+            if progress is not None:
+                progress.advance(f.path, index.sample_count, f.size)
+        if scanned is not None:
+            scanned.close()
+        close_scratch_writers(scratch)
+        dropped = _build_sqlite(build, scratch, id_map, shards, options, result)
+        side_files = side.close()
+        side = None
+        if dropped:
+            for path in dropped:
+                del counts[path]
+            drop_side_shards(side_files, set(dropped))
+        if not counts:
+            raise MetaError(f"{storage.url}: no valid shard left to index ({len(result.bad_shards)} bad)")
+        part_types: Counter = Counter()
+        for path in counts:
+            part_types.update(shard_parts[path])
+        split = _split(list(counts), options, result)
+        files_out: dict[str, object] = {INDEX_SQLITE: os.path.join(build, INDEX_SQLITE)}
+        files_out.update(side_files)
+        files_out[INFO_JSON] = info_json_bytes(DatasetInfo(counts))
+        files_out[SPLIT_YAML] = split_yaml_bytes(SplitConfig(split))
+        if options.dataset_yaml is not None:
+            if options.dataset_yaml.field_map is not None:
+                check_field_map(options.dataset_yaml.sample_type, options.dataset_yaml.field_map, part_types)
+            files_out[options.dataset_yaml_name] = dataset_yaml_bytes(options.dataset_yaml)
+            if options.dataset_yaml.sample_loader and not storage.exists(f"{META_DIR}/{SAMPLE_LOADER_PY}"):
+                files_out[SAMPLE_LOADER_PY] = sample_loader_py(
+                    options.dataset_yaml.sample_type, sorted(part_types)
+                )
+        files_out[INDEX_UUID] = new_index_uuid()
+        storage.publish_folder(META_DIR, files_out, keep_existing=True)
+        sizes = {f.path: f.size for f in shards}
+        result.shards = len(counts)
+        result.samples = sum(counts.values())
+        result.parts = sum(part_types.values())
+        result.bytes = sum(sizes[p] for p in counts)
+        result.part_types = dict(sorted(part_types.items()))
+        result.splits = {k: len(v) for k, v in split.items()}
+        result.split_samples = {k: sum(counts[s] for s in v) for k, v in split.items()}
+    except BaseException:
+        if side is not None:
+            side.abort()
+        raise
+    finally:
+        if scanned is not None:
+            scanned.close()
+        close_scratch_writers(scratch)
+        shutil.rmtree(build, ignore_errors=True)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _build_sqlite(build, scratch, id_map, shards, options, result) -> list[str]:
+    """Assemble index.sqlite; with skip_bad_shards, shards holding keys seen in an earlier shard are dropped
+    (returned) and the database is rebuilt without them."""
+    names = {pos: f.path for pos, f in enumerate(shards)}
+    path = os.path.join(build, INDEX_SQLITE)
+    dropped: list[str] = []
+    files = scratch_files(scratch)
+    while True:
+        try:
+            build_index_sqlite(path, files, id_map, names)
+            return dropped
+        except DuplicateKeyError as exc:
+            if not options.skip_bad_shards:
+                raise
+            os.remove(path)
+            result.bad_shards.append(BadShard(exc.shard, str(exc)))
+            dropped.append(exc.shard)
+            del id_map[exc.shard_id]
+            for new, pos in enumerate(sorted(id_map)):
+                id_map[pos] = new
+
+
+def _tar_index_only(storage, options, result, progress, start) -> PrepareResult:
+    """energon's --tar-index-only: rewrite the `.tar.idx` of the shards listed in `.info.json`."""
+    info = read_info(storage)
+    names = list(info.shard_counts)
+    if options.exclude:
+        from energon_arrow.index.discover import compile_exclude
+
+        pattern = compile_exclude(options.exclude)
+        names = [n for n in names if not pattern.search(n)]
+    sizes = [(n, storage.stat(n).size) for n in names]
+    workers = max(1, min(options.num_workers or default_workers(), len(sizes) or 1))
+    if progress is not None:
+        progress.start(len(sizes), sum(size for _, size in sizes))
+    for i, index in index_shards(storage, sizes, workers):
+        path, size = sizes[i]
+        result.indexed += 1
+        if isinstance(index, TarFormatError):
+            if not options.skip_bad_shards:
+                raise index
+            result.bad_shards.append(BadShard(path, str(index)))
+            continue
+        if index.sample_count != info.shard_counts[path]:
+            result.warnings.append(
+                f"{path}: {index.sample_count} samples now, {info.shard_counts[path]} in {INFO_JSON}; "
+                "run a full prepare to update the index"
+            )
+        result.shards += 1
+        result.samples += index.sample_count
+        result.parts += index.part_count
+        result.bytes += size
+        if progress is not None:
+            progress.advance(path, index.sample_count, size)
+    result.seconds = time.perf_counter() - start
+    return result

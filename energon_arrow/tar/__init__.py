@@ -1,0 +1,54 @@
+"""Fast tar shard indexing: a hand-written header walk (no `tarfile`) and vectorised sample grouping.
+
+- `index_shard(storage, rel, size=None, block_size=8 MiB) -> ShardIndex`: walk one shard (local: mmap; remote:
+  one sequential stream) and group its members into energon samples and parts.
+- `scan_members_fast(uint8_array, shard)`: the vectorised walk for plain local shards (None: use the general one).
+- `scan_members(read, size, shard)` / `build_shard_index(members, shard)`: the two steps, for custom sources.
+- `TarFormatError(shard, reason, member, offset)`: every bad-shard error.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+from energon_arrow.tar.errors import TarFormatError
+from energon_arrow.tar.fastscan import scan_members_fast
+from energon_arrow.tar.names import KEY_PART_RE, SKIP_META_RE, split_names
+from energon_arrow.tar.samples import ShardIndex, build_shard_index
+from energon_arrow.tar.scanner import Members, scan_members
+from energon_arrow.tar.source import open_source
+
+
+def _map(storage, rel: str) -> np.ndarray:
+    with open(storage.local_path(rel), "rb") as f:
+        return np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=np.uint8)
+
+
+def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 << 20) -> ShardIndex:
+    if size is None:
+        size = storage.stat(rel).size
+    url = storage.url_of(rel)
+    if storage.is_local and size >= 1024:
+        members = scan_members_fast(_map(storage, rel), url)
+        if members is not None:
+            return build_shard_index(members, url)
+    with open_source(storage, rel, size, block_size) as read:
+        members = scan_members(read, size, url)
+    return build_shard_index(members, url)
+
+
+__all__ = [
+    "KEY_PART_RE",
+    "SKIP_META_RE",
+    "Members",
+    "ShardIndex",
+    "TarFormatError",
+    "build_shard_index",
+    "index_shard",
+    "open_source",
+    "scan_members",
+    "scan_members_fast",
+    "split_names",
+]

@@ -1,0 +1,140 @@
+"""Our prepare vs megatron-energon 7.4.1's `energon prepare` on the same tars, and energon reading our output."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+from energon_arrow.meta import expand_braces, field_map_dataset, parse_split_parts, parse_split_ratio
+from energon_arrow.testing.synthetic import write_webdataset
+from tests.tar.edge_tars import LONG_DIR, edge_tar
+
+pytestmark = pytest.mark.conformance
+
+
+def _energon(*args: str) -> None:
+    exe = shutil.which("energon")
+    cmd = [exe] if exe else [sys.executable, "-m", "megatron.energon.cli.main"]
+    proc = subprocess.run([*cmd, *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("src")
+    write_webdataset(str(root), shards=7, samples_per_shard=6, image_bytes=64, subdir="shards")
+    os.makedirs(root / "edge.v1")
+    (root / "edge.v1" / "pax.tar").write_bytes(edge_tar(tarfile.PAX_FORMAT))
+    (root / "edge.v1" / "gnu.tar").write_bytes(edge_tar(tarfile.GNU_FORMAT, prefix="gnu/"))
+    return root
+
+
+def _copy(source, dest):
+    shutil.copytree(source, dest)
+    return str(dest)
+
+
+def _rows(root, table):
+    with sqlite3.connect(os.path.join(root, ".nv-meta", "index.sqlite")) as db:
+        return set(db.execute(f"SELECT * FROM {table}"))
+
+
+def _splits(root):
+    with open(os.path.join(root, ".nv-meta", "split.yaml")) as f:
+        raw = yaml.safe_load(f)
+    return {k: [s for e in v for s in expand_braces(e)] for k, v in raw["split_parts"].items()}
+
+
+CASES = {
+    "ratio": (["--split-ratio", "6,2,1"], {"split_ratio": parse_split_ratio("6,2,1")}),
+    "shuffled": (
+        ["--split-ratio", "6,2,1", "--shuffle-tars"],
+        {"split_ratio": parse_split_ratio("6,2,1"), "shuffle_tars": True},
+    ),
+    "parts": (
+        [
+            "--split-parts",
+            "train:shards/.*0[0-4]",
+            "--split-parts",
+            "val:shards/shard-00000[56]",
+            "--split-parts",
+            "test:edge",
+        ],
+        {
+            "split_parts": parse_split_parts(
+                ["train:shards/.*0[0-4]", "val:shards/shard-00000[56]", "test:edge"]
+            )
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_same_index_as_energon(source, tmp_path, case):
+    cli_args, opts = CASES[case]
+    ref = _copy(source, tmp_path / "energon")
+    ours = _copy(source, tmp_path / "ours")
+    _energon("prepare", ref, "--non-interactive", "--num-workers", "1", "--no-progress", *cli_args)
+    prepare_dataset(ours, PrepareOptions(num_workers=2, **opts))
+    for table in ("samples", "sample_parts"):
+        assert _rows(ours, table) == _rows(ref, table)
+    info = Path(ours, ".nv-meta", ".info.json").read_bytes()
+    assert info == Path(ref, ".nv-meta", ".info.json").read_bytes()
+    for shard in json.loads(info)["shard_counts"]:
+        assert Path(ours, shard + ".idx").read_bytes() == Path(ref, shard + ".idx").read_bytes(), shard
+    assert _splits(ours) == _splits(ref)
+    with (
+        sqlite3.connect(os.path.join(ours, ".nv-meta", "index.sqlite")) as a,
+        sqlite3.connect(os.path.join(ref, ".nv-meta", "index.sqlite")) as b,
+    ):
+        schema = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
+        assert a.execute(schema).fetchall() == b.execute(schema).fetchall()
+
+
+def test_energon_loads_our_dataset(source, tmp_path):
+    from megatron.energon import WorkerConfig, get_loader, get_train_dataset, get_val_dataset
+    from megatron.energon.cache.file_store import WebdatasetFileStore
+    from megatron.energon.epathlib import EPath
+
+    root = _copy(source, tmp_path / "ours")
+    prepare_dataset(
+        root,
+        PrepareOptions(
+            split_ratio=parse_split_ratio("6,2,1"),
+            exclude="edge",  # the edge shards hold undecodable "images"; WebdatasetFileStore reads them below
+            dataset_yaml=field_map_dataset("TextSample", {"text": "txt"}),
+        ),
+    )
+    with sqlite3.connect(os.path.join(root, ".nv-meta", "index.sqlite")) as db:
+        keys_by_shard = {}
+        names = list(json.loads(Path(root, ".nv-meta", ".info.json").read_bytes())["shard_counts"])
+        for tar_id, key in db.execute("SELECT tar_file_id, sample_key FROM samples"):
+            keys_by_shard.setdefault(names[tar_id], []).append(key)
+    splits = _splits(root)
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    for split, loader in (("train", get_train_dataset), ("val", get_val_dataset)):
+        kwargs = dict(worker_config=wc, batch_size=None)
+        if split == "train":
+            kwargs.update(shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False)
+        ds = loader(root, **kwargs)
+        seen = [sample.__key__ for sample in get_loader(ds)]
+        expected = [k for shard in splits[split] for k in keys_by_shard.get(shard, [])]
+        assert sorted(seen) == sorted(expected) and len(seen) == len(set(seen))
+    key = keys_by_shard["shards/shard-000002.tar"][3]
+    prepare_dataset(root, PrepareOptions(split_ratio=parse_split_ratio("1,0,0")))
+    store = WebdatasetFileStore(EPath(root))
+    assert store["dir.v1/sub/k1.seg.txt"][0] == b"key dirs with dots"
+    assert store["gnu/dir.v1/sub/k2.empty"][0] == b""
+    assert store[f"gnu/{LONG_DIR}/{'k' * 120}.txt"][0] == "é ü".encode()
+    data, _ = store[f"{key}.txt"]
+    assert isinstance(data, bytes) and data

@@ -1,0 +1,171 @@
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from energon_arrow.adapters import open_storage
+from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+from energon_arrow.index.schema import PARTS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA
+from energon_arrow.index.side_index import read_side_index
+from energon_arrow.index.sqlite_writer import DuplicateKeyError
+from energon_arrow.meta import MetaError, field_map_dataset, parse_split_parts, parse_split_ratio, read_info
+from energon_arrow.tar import TarFormatError
+from energon_arrow.testing.synthetic import shard_bytes, write_webdataset
+
+RATIO = parse_split_ratio("8,1,1")
+
+
+def _meta(root: str) -> dict[str, bytes]:
+    meta = os.path.join(root, ".nv-meta")
+    out = {}
+    for dirpath, _, names in os.walk(meta):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            out[os.path.relpath(p, meta)] = Path(p).read_bytes()
+    return out
+
+
+def _rows(root):
+    with sqlite3.connect(os.path.join(root, ".nv-meta", "index.sqlite")) as db:
+        return sorted(db.execute("SELECT * FROM samples")), sorted(db.execute("SELECT * FROM sample_parts"))
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    root = str(tmp_path / "ds")
+    write_webdataset(root, shards=5, samples_per_shard=7, image_bytes=100)
+    return root
+
+
+def test_prepare_writes_everything(dataset):
+    result = prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, num_workers=2))
+    assert (result.shards, result.samples, result.parts) == (5, 35, 105)
+    assert result.part_types == {"jpg": 35, "json": 35, "txt": 35}
+    meta = _meta(dataset)
+    assert {".info.json", "split.yaml", "index.sqlite", "index.uuid"} <= set(meta)
+    assert len(meta["index.uuid"]) == 36
+    side = read_side_index(open_storage(dataset))
+    assert side.shards.schema.equals(SHARDS_SCHEMA) and side.samples.schema.equals(SAMPLES_SCHEMA)
+    assert side.parts.schema.equals(PARTS_SCHEMA)
+    samples, parts = _rows(dataset)
+    assert len(samples) == side.samples.num_rows == 35 and len(parts) == side.parts.num_rows == 105
+    assert sorted(side.samples.column("sample_key").to_pylist()) == sorted(r[1] for r in samples)
+    info = json.loads(meta[".info.json"])
+    assert side.shards.column("path").to_pylist() == list(info["shard_counts"])
+    for shard in info["shard_counts"]:
+        assert os.path.getsize(os.path.join(dataset, shard + ".idx")) == 8 * (7 + 1)
+
+
+def test_incremental_reindexes_only_changed_shards(dataset):
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    before = _rows(dataset)
+    again = prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    assert (again.indexed, again.reused) == (0, 5) and _rows(dataset) == before
+    shards = sorted(read_info(open_storage(dataset)).shard_counts)
+    with open(os.path.join(dataset, shards[1]), "wb") as f:
+        f.write(shard_bytes(1, 9, 50, seed=5, key_prefix="new"))
+    os.remove(os.path.join(dataset, shards[3]))
+    changed = prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    assert (changed.indexed, changed.reused, changed.removed) == (1, 3, 1)
+    counts = read_info(open_storage(dataset)).shard_counts
+    assert counts[shards[1]] == 9 and shards[3] not in counts
+    fresh = os.path.join(os.path.dirname(dataset), "copy")
+    shutil.copytree(os.path.join(dataset, "shards"), os.path.join(fresh, "shards"))
+    prepare_dataset(fresh, PrepareOptions(split_ratio=RATIO, force=True))
+    assert _rows(fresh) == _rows(dataset)  # the incremental index equals a full rebuild
+
+
+def test_force_reindexes_all(dataset):
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    result = prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, force=True))
+    assert (result.indexed, result.reused) == (5, 0)
+
+
+def test_bad_shard_fails_and_keeps_old_index(dataset):
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    old = _meta(dataset)
+    good = shard_bytes(9, 3, 50, key_prefix="z")
+    with open(os.path.join(dataset, "shards", "zz-truncated.tar"), "wb") as f:
+        f.write(good[:1500])
+    with pytest.raises(TarFormatError, match="zz-truncated.tar.*truncated"):
+        prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    assert _meta(dataset) == old
+    assert not [n for n in os.listdir(dataset) if n.startswith(".nv-meta.")]
+    result = prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, skip_bad_shards=True))
+    assert [b.path for b in result.bad_shards] == ["shards/zz-truncated.tar"] and result.shards == 5
+
+
+def test_duplicate_keys_across_shards(dataset):
+    dup = shard_bytes(0, 7, 100)  # the same keys as shard 0
+    with open(os.path.join(dataset, "shards", "a-dup.tar"), "wb") as f:
+        f.write(dup)
+    with pytest.raises(DuplicateKeyError, match="duplicate sample key"):
+        prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    assert not os.path.exists(os.path.join(dataset, ".nv-meta"))
+    result = prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, skip_bad_shards=True))
+    assert [b.path for b in result.bad_shards] == ["shards/shard-000000.tar"]  # a-dup.tar comes first
+    info = read_info(open_storage(dataset))
+    assert "shards/shard-000000.tar" not in info.shard_counts and len(info.shard_counts) == 5
+    side = read_side_index(open_storage(dataset))
+    assert side.shards.column("shard_id").to_pylist() == list(range(5))
+    with sqlite3.connect(os.path.join(dataset, ".nv-meta", "index.sqlite")) as db:
+        ids = [r[0] for r in db.execute("SELECT DISTINCT tar_file_id FROM samples ORDER BY 1")]
+    assert ids == list(range(5))
+    assert sorted(side.samples.column("shard_id").unique().to_pylist()) == ids
+
+
+def test_split_and_dataset_yaml_errors(dataset):
+    with pytest.raises(MetaError, match="no shard matches val"):
+        prepare_dataset(
+            dataset, PrepareOptions(split_parts=parse_split_parts(["train:shards", "val:nothing"]))
+        )
+    with pytest.raises(MetaError, match="'caption' maps to part 'png'"):
+        prepare_dataset(
+            dataset,
+            PrepareOptions(
+                split_ratio=RATIO,
+                dataset_yaml=field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "png"}),
+            ),
+        )
+    assert not os.path.exists(os.path.join(dataset, ".nv-meta"))
+    with pytest.raises(MetaError, match="no .tar shards"):
+        prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, exclude="shard"))
+
+
+def test_parquet_row_order(dataset):
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, num_workers=3))
+    meta = os.path.join(dataset, ".nv-meta", "arrow")
+    samples = pq.read_table(os.path.join(meta, "samples.parquet")).to_pydict()
+    pairs = list(zip(samples["shard_id"], samples["sample_index"]))
+    assert pairs == sorted(pairs)
+    parts = pq.read_table(os.path.join(meta, "parts.parquet")).to_pydict()
+    triples = list(zip(parts["shard_id"], parts["sample_index"], parts["content_offset"]))
+    assert triples == sorted(triples)
+
+
+@pytest.mark.s3
+def test_prepare_on_s3_matches_local(s3_root, tmp_path):
+    url, options = s3_root
+    local = str(tmp_path / "local")
+    write_webdataset(local, shards=3, samples_per_shard=5, image_bytes=64)
+    write_webdataset(url, shards=3, samples_per_shard=5, image_bytes=64, storage_options=options)
+    prepare_dataset(local, PrepareOptions(split_ratio=RATIO))
+    result = prepare_dataset(url, PrepareOptions(split_ratio=RATIO, num_workers=2), storage_options=options)
+    assert result.samples == 15
+    store = open_storage(url, options)
+    assert (
+        store.read_bytes(".nv-meta/.info.json")
+        == Path(os.path.join(local, ".nv-meta", ".info.json")).read_bytes()
+    )
+    db_path = tmp_path / "s3.sqlite"
+    db_path.write_bytes(store.read_bytes(".nv-meta/index.sqlite"))
+    with sqlite3.connect(db_path) as db:
+        assert sorted(db.execute("SELECT * FROM sample_parts")) == _rows(local)[1]
+    shard = read_info(store).shards[0]
+    assert store.read_bytes(shard + ".idx") == Path(os.path.join(local, shard + ".idx")).read_bytes()
+    again = prepare_dataset(url, PrepareOptions(split_ratio=RATIO), storage_options=options)
+    assert again.reused == 3

@@ -1,0 +1,97 @@
+import tarfile
+
+import numpy as np
+import pytest
+
+from energon_arrow.adapters import open_storage
+from energon_arrow.tar import TarFormatError, build_shard_index, index_shard, scan_members, scan_members_fast
+from energon_arrow.testing.synthetic import shard_bytes
+from tests.tar.edge_tars import build_tar, edge_tar, energon_view, gzipped, our_view
+
+
+@pytest.fixture(params=["local", "memory"])
+def store(request, tmp_path):
+    if request.param == "local":
+        s = open_storage(str(tmp_path / "root"))
+    else:
+        s = open_storage(f"memory://ea-tar-{tmp_path.name}")
+    s.makedirs("")
+    return s
+
+
+def _index(store, data: bytes, name="s.tar"):
+    store.write_atomic(name, data)
+    return index_shard(store, name)
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT])
+def test_edge_members_match_energon(store, fmt):
+    data = edge_tar(fmt)
+    assert our_view(_index(store, data)) == energon_view(data)
+
+
+def test_general_walk_matches_fast_walk():
+    data = shard_bytes(0, 50, 300)
+    arr = np.frombuffer(data, np.uint8)
+    fast = scan_members_fast(arr, "x")
+    assert fast is not None
+    slow = scan_members(lambda o, n: data[o : o + n], len(data), "x")
+    assert (
+        our_view(build_shard_index(fast, "x")) == our_view(build_shard_index(slow, "x")) == energon_view(data)
+    )
+
+
+def test_ustar_prefix_global_pax_and_no_eof_marker(store):
+    members = [(f"{'p' * 90}/{'q' * 60}/k{i}.txt", b"v" * i) for i in range(3)]
+    data = build_tar(members, tarfile.USTAR_FORMAT)
+    assert our_view(_index(store, data)) == energon_view(data)
+    with_global = build_tar(
+        [("a.txt", b"1"), ("b.txt", b"22")], tarfile.PAX_FORMAT, pax_headers={"comment": "hi"}
+    )
+    assert our_view(_index(store, with_global)) == energon_view(with_global)
+    end = energon_view(data)[0][-1]
+    assert our_view(_index(store, data[:end])) == energon_view(data)
+
+
+def test_pax_size_override_and_base256_size(store):
+    data = bytearray(build_tar([("a.txt", b"hello"), ("b.txt", b"x" * 700)], tarfile.USTAR_FORMAT))
+    hdr = data[512 * 2 : 512 * 3]  # header of b.txt (a.txt: header + one data block)
+    hdr[124:136] = b"\x80" + (700).to_bytes(11, "big")
+    hdr[148:156] = b" " * 8
+    hdr[148:156] = b"%06o\0 " % sum(hdr)
+    data[512 * 2 : 512 * 3] = hdr
+    assert our_view(_index(store, bytes(data))) == energon_view(bytes(data))
+
+
+def _error(store, data: bytes, name="bad.tar") -> TarFormatError:
+    with pytest.raises(TarFormatError) as info:
+        _index(store, data, name)
+    assert name in str(info.value)
+    return info.value
+
+
+def test_bad_shards_name_member_and_offset(store):
+    good = build_tar([("k0.txt", b"a" * 1000), ("k1.txt", b"b" * 10)], tarfile.USTAR_FORMAT)
+    assert "empty file" in str(_error(store, b""))
+    assert "empty tar" in str(_error(store, bytes(10240)))
+    assert "gzip" in str(_error(store, gzipped(good)))
+    assert "not a tar" in str(_error(store, b"hello world, not a tar" * 100))
+    err = _error(store, good[:700])  # cut inside k0.txt's payload
+    assert err.member == "k0.txt" and err.offset == 512 and "truncated" in err.reason
+    err = _error(store, good[: 512 * 3 + 100])  # cut inside k1.txt's header
+    assert err.offset == 512 * 3 and "truncated" in err.reason
+    corrupt = bytearray(good)
+    corrupt[512 * 3 + 5] ^= 0x55  # name byte of k1.txt's header: checksum mismatch
+    err = _error(store, bytes(corrupt))
+    assert err.offset == 512 * 3 and "checksum" in err.reason
+    non_contiguous = build_tar([("a.txt", b"1"), ("b.txt", b"2"), ("a.json", b"3")])
+    err = _error(store, non_contiguous)
+    assert err.member == "a.json" and "contiguous" in err.reason and err.offset == 2048
+    assert "no samples" in str(_error(store, build_tar([("README", b"x"), ("__meta__/a.b", b"y")])))
+
+
+def test_stream_source_reads_across_blocks(store):
+    data = build_tar([(f"k{i}.bin", bytes(5000 + i)) for i in range(40)], tarfile.GNU_FORMAT)
+    store.write_atomic("s.tar", data)
+    index = index_shard(store, "s.tar", block_size=4096)
+    assert our_view(index) == energon_view(data)
