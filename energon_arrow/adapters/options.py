@@ -47,6 +47,39 @@ def recall_secrets(handle: str | None) -> dict[str, Any]:
         return dict(_SECRETS.get(handle, {}))
 
 
+def secret_values() -> list[str]:
+    """Every credential value held by this process (for scrubbing messages), longest first."""
+    with _SECRETS_LOCK:
+        tables = list(_SECRETS.values())
+    values = set()
+    for table in tables:
+        for k, v in table.items():
+            if k == "client_kwargs" and isinstance(v, Mapping):
+                values.update(str(x) for x in v.values())
+            elif v is not None:
+                values.add(str(v))
+    return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
+
+
+def scrub(text: str, extra: Mapping[str, Any] | None = None) -> str:
+    """`text` with every known credential value (and the secret values of `extra` options) replaced by ***."""
+    values = secret_values()
+    if extra:
+        values += [
+            str(v) for k, v in split_secrets(extra)[1].items() if k != "client_kwargs" and v is not None
+        ]
+    for v in values:
+        if len(v) >= 4:
+            text = text.replace(v, "***")
+    return text
+
+
+def redact(exc: BaseException, options: Mapping[str, Any] | None = None) -> str:
+    """A one-line description of `exc` without credentials."""
+    text = str(exc) or type(exc).__name__
+    return scrub(f"{type(exc).__name__}: {text}", options)
+
+
 def merge_options(public: Mapping[str, Any], secret: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(public)
     for k, v in secret.items():
@@ -76,8 +109,18 @@ def normalise_s3_options(options: Mapping[str, Any], url: str) -> dict[str, Any]
         raise InvalidStorageOptions(
             url, f"endpoint_url must be a URL like http://host:port, got {endpoint!r}"
         )
-    if "client_kwargs" in out and not isinstance(out["client_kwargs"], Mapping):
-        raise InvalidStorageOptions(url, "client_kwargs must be a mapping")
+    for name in ("client_kwargs", "config_kwargs", "s3_additional_kwargs"):
+        if name in out and not isinstance(out[name], Mapping):
+            raise InvalidStorageOptions(url, f"{name} must be a mapping, got {type(out[name]).__name__}")
+    for name in ("key", "secret", "token", "profile"):
+        if out.get(name) is not None and not isinstance(out[name], str):
+            raise InvalidStorageOptions(url, f"{name} must be a string, got {type(out[name]).__name__}")
+    if ("key" in out) != ("secret" in out):
+        raise InvalidStorageOptions(url, "give both key and secret (aws_access_key_id/aws_secret_access_key)")
+    # botocore retries inside each call would multiply with energon-arrow's RetryPolicy: one attempt there
+    config = dict(out.get("config_kwargs") or {})
+    config.setdefault("retries", {"total_max_attempts": 1})
+    out["config_kwargs"] = config
     allowed = _accepted_kwargs(s3fs.S3FileSystem)
     unknown = sorted(set(out) - allowed)
     if unknown:

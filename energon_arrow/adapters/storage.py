@@ -47,9 +47,14 @@ class Storage:
     transient failures are retried per `retry`. Credentials never appear in repr, errors or pickles.
     """
 
-    # coalescing knobs: ranges closer than `gap` are fetched together; one fetch is at most `max_fetch`
-    range_gap = 64 * 1024
-    max_fetch = 32 * 1024 * 1024
+    # Coalescing (read_ranges): ranges closer than `range_gap` bytes are fetched as one; the starts within one
+    # fetch lie within `max_fetch` bytes. Remote stores: 1 MiB gap (reading 1 MiB costs less than one more
+    # request's latency; the same default as Rust's object_store), 8 MiB fetches fetched in parallel.
+    # Local files: 64 KiB, 32 MiB. Both are instance attributes that callers may change.
+    LOCAL_COALESCING = (64 * 1024, 32 * 1024 * 1024)
+    REMOTE_COALESCING = (1024 * 1024, 8 * 1024 * 1024)
+    # S3 byte ranges through the lean direct client (adapters.s3direct) when the options allow it
+    use_direct_reads = True
 
     def __init__(
         self, url, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None
@@ -61,6 +66,10 @@ class Storage:
         self._secret_handle = opts.stash_secrets(secret)
         self._fs = None
         self._fs_pid = None
+        self._direct_client = None
+        self.range_gap, self.max_fetch = (
+            self.LOCAL_COALESCING if self.is_local or self.protocol == "memory" else self.REMOTE_COALESCING
+        )
         _ = self.fs  # construct now so that bad options fail at open time
 
     # ---- construction -------------------------------------------------------------------------------------
@@ -96,13 +105,35 @@ class Storage:
         if self._fs is None or self._fs_pid != pid:
             options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
             try:
-                self._fs = self._fs_class()(skip_instance_cache=self._fs_pid is not None, **options)
+                fs = self._fs_class()(skip_instance_cache=self._fs_pid is not None, **options)
             except StorageError:
                 raise
             except Exception as exc:
-                raise opts.InvalidStorageOptions(self.url, f"cannot create filesystem: {exc}") from None
-            self._fs_pid = pid
+                raise opts.InvalidStorageOptions(
+                    self.url, f"cannot create filesystem: {opts.redact(exc, options)}"
+                ) from None
+            if self.protocol == "s3":
+                fs.retries = 1  # s3fs's own retry loop: energon-arrow's RetryPolicy is the only one
+            self._fs, self._fs_pid, self._direct_client = fs, pid, None
         return self._fs
+
+    @property
+    def _direct(self):
+        """The direct ranged-GET client (adapters.s3direct) where the options allow one, else None."""
+        _ = self.fs  # resets the client after a fork
+        if self.protocol != "s3" or not self.use_direct_reads:
+            return None
+        if self._direct_client is None:
+            from energon_arrow.adapters.s3direct import direct_client_for
+
+            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+            try:
+                self._direct_client = direct_client_for(options) or False
+            except Exception as exc:
+                raise opts.InvalidStorageOptions(
+                    self.url, f"cannot set up S3 access: {opts.redact(exc, options)}"
+                ) from None
+        return self._direct_client or None
 
     def __getstate__(self):
         return {
@@ -110,6 +141,7 @@ class Storage:
             "public": self._public,
             "credentials_handle": self._secret_handle,
             "retry": self.retry,
+            "coalescing": (self.range_gap, self.max_fetch),
         }
 
     def __setstate__(self, state):
@@ -117,8 +149,10 @@ class Storage:
         self._public = state["public"]
         self._secret_handle = state["credentials_handle"]
         self.retry = state["retry"]
+        self.range_gap, self.max_fetch = state["coalescing"]
         self._fs = None
         self._fs_pid = None
+        self._direct_client = None
 
     def __repr__(self):
         endpoint = self._public.get("endpoint_url")
@@ -260,26 +294,14 @@ class Storage:
             raise StorageError(self.url_of(rel), f"not valid {encoding} at byte offset {exc.start}") from None
 
     def read_range(self, rel: str, offset: int, size: int) -> bytes:
-        """Exactly `size` bytes at `offset`; EOFError-class StorageError if the file is shorter."""
+        """Exactly `size` bytes at `offset`; a StorageError naming the URL and offset if the file is shorter."""
+        return bytes(self._read_range_buffer(rel, offset, size))
+
+    def _read_range_buffer(self, rel: str, offset: int, size: int):
+        """read_range without the final copy: bytes or bytearray."""
         if size == 0:
             return b""
-        if self.is_local:
-            try:
-                fd = os.open(self.path_of(rel), os.O_RDONLY)
-                try:
-                    data = os.pread(fd, size, offset)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                raise classify(exc, self.url_of(rel)) from None
-        else:
-            path = self.path_of(rel)
-            data = self._call(rel, lambda: self.fs.cat_file(path, start=offset, end=offset + size))
-        if len(data) != size:
-            raise StorageError(
-                self.url_of(rel), f"short read: wanted {size} bytes at offset {offset}, got {len(data)}"
-            )
-        return data
+        return self._fetch_groups([rel], np.array([offset], np.int64), np.array([offset + size], np.int64))[0]
 
     def read_ranges(self, rels: str | Sequence[str], offsets, sizes) -> list[memoryview]:
         """Many ranges at once, results in request order. Nearby ranges of a file are coalesced into one
@@ -288,68 +310,39 @@ class Storage:
         sizes = np.asarray(sizes, np.int64)
         n = offsets.size
         if isinstance(rels, str):
-            return self._read_ranges_one(rels, offsets, sizes)
-        if len(rels) != n:
-            raise ValueError(f"read_ranges: {len(rels)} paths for {n} ranges")
-        out: list[memoryview | None] = [None] * n
-        names, inverse = np.unique(np.asarray(rels, dtype=object), return_inverse=True)
-        if not self.is_local and len(names) > 1:
-            return self._read_ranges_multi(list(names), inverse, offsets, sizes)
+            names, inverse = [rels], np.zeros(n, np.int64)
+        else:
+            if len(rels) != n:
+                raise ValueError(f"read_ranges: {len(rels)} paths for {n} ranges")
+            uniq, inverse = np.unique(np.asarray(rels, dtype=object), return_inverse=True)
+            names = uniq.tolist()
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(names) + 1))
+        plans, fetch_rels, fetch_starts, fetch_ends = [], [], [], []
         for k, name in enumerate(names):
-            idx = np.flatnonzero(inverse == k)
-            for i, view in zip(idx.tolist(), self._read_ranges_one(name, offsets[idx], sizes[idx])):
-                out[i] = view
-        return out  # type: ignore[return-value]
-
-    def _read_ranges_one(self, rel: str, offsets, sizes) -> list[memoryview]:
-        plan = coalesce_ranges(offsets, sizes, self.range_gap, self.max_fetch)
-        fetched = self._fetch_groups([rel] * plan.starts.size, plan.starts, plan.ends)
-        return split_fetched(fetched, plan, sizes)
-
-    def _read_ranges_multi(self, names, inverse, offsets, sizes) -> list[memoryview]:
-        plans, fetch_rels, fetch_starts, fetch_ends, base = [], [], [], [], []
-        for k, name in enumerate(names):
-            idx = np.flatnonzero(inverse == k)
+            idx = order[bounds[k] : bounds[k + 1]]
             plan = coalesce_ranges(offsets[idx], sizes[idx], self.range_gap, self.max_fetch)
-            plans.append((idx, plan))
-            base.append(len(fetch_rels))
+            plans.append((idx, plan, len(fetch_rels)))
             fetch_rels += [name] * plan.starts.size
             fetch_starts.append(plan.starts)
             fetch_ends.append(plan.ends)
+        if not fetch_rels:
+            return []
         fetched = self._fetch_groups(fetch_rels, np.concatenate(fetch_starts), np.concatenate(fetch_ends))
-        out: list[memoryview | None] = [None] * offsets.size
-        for (idx, plan), b in zip(plans, base):
-            views = split_fetched(fetched[b : b + plan.starts.size], plan, sizes[idx])
-            for i, v in zip(idx.tolist(), views):
-                out[i] = v
-        return out  # type: ignore[return-value]
+        out: list[Any] = [None] * n
+        for idx, plan, base in plans:
+            views = split_fetched(fetched[base : base + plan.starts.size], plan, sizes[idx])
+            for i, view in zip(idx.tolist(), views):
+                out[i] = view
+        return out
 
-    def _fetch_groups(self, rels: list[str], starts, ends) -> list[bytes]:
+    def _fetch_groups(self, rels: list[str], starts: np.ndarray, ends: np.ndarray) -> list:
+        """Fetch [starts[i], ends[i]) of rels[i] for every i: remote ones concurrently, retrying transient
+        failures of individual fetches per the policy; every fetch must come back whole."""
         if self.is_local:
-            return [
-                self.read_range(r, int(s), int(e - s))
-                for r, s, e in zip(rels, starts.tolist(), ends.tolist())
-            ]
-        results: list[Any] = [None] * len(rels)
-        pending = list(range(len(rels)))
-        for attempt in range(self.retry.attempts):
-            paths = [self.path_of(rels[i]) for i in pending]
-            got = self.fs.cat_ranges(
-                paths, [int(starts[i]) for i in pending], [int(ends[i]) for i in pending], on_error="return"
-            )
-            failed = []
-            for i, value in zip(pending, got):
-                if isinstance(value, BaseException):
-                    err = classify(value, self.url_of(rels[i]))
-                    if not isinstance(err, TransientError) or attempt + 1 == self.retry.attempts:
-                        raise err from value
-                    failed.append(i)
-                else:
-                    results[i] = value
-            if not failed:
-                break
-            pending = failed
-            time.sleep(self.retry.delay(attempt))
+            results = self._pread_many(rels, starts.tolist(), ends.tolist())
+        else:
+            results = self._fetch_remote(rels, starts.tolist(), ends.tolist())
         for i, data in enumerate(results):
             want = int(ends[i] - starts[i])
             if len(data) != want:
@@ -357,6 +350,59 @@ class Storage:
                     self.url_of(rels[i]),
                     f"short read: wanted {want} bytes at offset {int(starts[i])}, got {len(data)}",
                 )
+        return results
+
+    def _pread_many(self, rels: list[str], starts: list[int], ends: list[int]) -> list[bytes]:
+        results: list[bytes] = []
+        fd, fd_rel = None, None
+        try:
+            for rel, s, e in zip(rels, starts, ends):
+                if rel != fd_rel:
+                    if fd is not None:
+                        os.close(fd)
+                        fd = None
+                    fd_rel = rel
+                    fd = os.open(self.path_of(rel), os.O_RDONLY)
+                results.append(os.pread(fd, e - s, s))
+        except OSError as exc:
+            raise classify(exc, self.url_of(fd_rel or "")) from None
+        finally:
+            if fd is not None:
+                os.close(fd)
+        return results
+
+    def _fetch_remote(self, rels: list[str], starts: list[int], ends: list[int]) -> list:
+        paths = [self.path_of(r) for r in rels]
+        direct = self._direct
+        results: list[Any] = [None] * len(rels)
+        pending = list(range(len(rels)))
+        for attempt in range(self.retry.attempts):
+            if direct is not None:
+                got = direct.get_many([(*paths[i].split("/", 1), starts[i], ends[i]) for i in pending])
+            else:
+                got = self.fs.cat_ranges(
+                    [paths[i] for i in pending],
+                    [starts[i] for i in pending],
+                    [ends[i] for i in pending],
+                    on_error="return",
+                )
+            failed = []
+            for i, value in zip(pending, got):
+                if not isinstance(value, BaseException):
+                    results[i] = value
+                    continue
+                err = classify(value, self.url_of(rels[i]))
+                if not isinstance(err, TransientError):
+                    raise err from None
+                if attempt + 1 == self.retry.attempts:
+                    raise TransientError(
+                        err.url, f"{err.reason}; gave up after {self.retry.attempts} attempts"
+                    ) from None
+                failed.append(i)
+            if not failed:
+                break
+            pending = failed
+            time.sleep(self.retry.delay(attempt))
         return results
 
     def open_stream(self, rel: str, block_size: int = 8 * 1024 * 1024, depth: int = 4):
@@ -368,7 +414,7 @@ class Storage:
                 raise classify(exc, self.url_of(rel)) from None
         size = self.stat(rel).size
         return PrefetchReader(
-            lambda off, n: self.read_range(rel, off, n), size, block_size, depth, self.url_of(rel)
+            lambda off, n: self._read_range_buffer(rel, off, n), size, block_size, depth, self.url_of(rel)
         )
 
     def iter_chunks(self, rel: str, block_size: int = 8 * 1024 * 1024) -> Iterator[bytes]:

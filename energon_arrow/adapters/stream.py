@@ -28,6 +28,7 @@ class PrefetchReader(io.RawIOBase):
         self._queue: deque[tuple[int, Future]] = deque()
         self._next_fetch = 0
         self._pos = 0
+        self._raw = b""
         self._buf = memoryview(b"")
         self._buf_start = 0
 
@@ -59,6 +60,7 @@ class PrefetchReader(io.RawIOBase):
         expected = min(self._block, self._size - start)
         if len(data) != expected:
             raise EOFError(f"{self.name}: expected {expected} bytes at offset {start}, got {len(data)}")
+        self._raw = data
         self._buf = memoryview(data)
         self._buf_start = start
         self._fill_queue()
@@ -83,12 +85,27 @@ class PrefetchReader(io.RawIOBase):
         if size is None or size < 0:
             size = self._size - self._pos
         rel = self._pos - self._buf_start
+        if rel == len(self._buf) and size >= self._block and self._pos < self._size:
+            self._advance_block()  # at a block boundary: the next block may be handed out whole
+            rel = 0
         if rel >= 0 and rel + size <= len(self._buf):  # fast path: inside the current block
             self._pos += size
+            if rel == 0 and size == len(self._buf) and isinstance(self._raw, bytes):
+                return self._raw  # a whole block: no copy
             return self._buf[rel : rel + size].tobytes()
-        buf = bytearray(min(size, max(0, self._size - self._pos)))
-        n = self.readinto(buf)
-        return bytes(buf[:n]) if n < len(buf) else bytes(buf)
+        parts = []  # views of whole blocks, joined once: one copy per byte
+        want = size
+        while want > 0:
+            rel = self._pos - self._buf_start
+            if rel >= len(self._buf):
+                if not self._advance_block():
+                    break
+                continue
+            n = min(want, len(self._buf) - rel)
+            parts.append(self._buf[rel : rel + n])
+            self._pos += n
+            want -= n
+        return b"".join(parts)
 
     def skip(self, n: int) -> None:
         """Advance `n` bytes without copying them out (block fetches still happen)."""
