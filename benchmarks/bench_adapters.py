@@ -62,7 +62,7 @@ def run(args) -> list[Comparison]:
         rng = np.random.default_rng(1)
 
         def offsets():
-            return np.sort(rng.choice(size // RANGE_SIZE, RANGES, replace=False)) * RANGE_SIZE + rng.integers(
+            return np.sort(rng.choice(size // RANGE_SIZE - 1, RANGES, replace=False)) * RANGE_SIZE + rng.integers(
                 0, RANGE_SIZE, RANGES
             )
 
