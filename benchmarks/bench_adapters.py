@@ -62,9 +62,9 @@ def run(args) -> list[Comparison]:
         rng = np.random.default_rng(1)
 
         def offsets():
-            return np.sort(rng.choice(size // RANGE_SIZE - 1, RANGES, replace=False)) * RANGE_SIZE + rng.integers(
-                0, RANGE_SIZE, RANGES
-            )
+            return np.sort(
+                rng.choice(size // RANGE_SIZE - 1, RANGES, replace=False)
+            ) * RANGE_SIZE + rng.integers(0, RANGE_SIZE, RANGES)
 
         check = offsets()
         ours = store.read_ranges("object.bin", check, np.full(RANGES, RANGE_SIZE))

@@ -72,12 +72,14 @@ class DirectRangeClient:
         self._signing_keys: dict[tuple[str, str], bytes] = {}
 
     # ---- public -------------------------------------------------------------------------------------------
-    def get(self, bucket: str, key: str, start: int, end: int) -> bytes:
-        """Bytes [start, end) of s3://bucket/key (fewer if the object is shorter)."""
-        if end <= start:
+    def get(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes [start, end) of s3://bucket/key (fewer if the object is shorter); end=None: the whole object."""
+        if end is not None and end <= start:
             return b""
         path = f"{self._base}/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
-        headers = {"Host": self._host_header, "Range": f"bytes={start}-{end - 1}"}
+        headers = {"Host": self._host_header}
+        if end is not None:
+            headers["Range"] = f"bytes={start}-{end - 1}"
         self._sign("GET", path, headers)
         conn, reused = self._connection()
         try:
@@ -141,7 +143,7 @@ class DirectRangeClient:
             conn.close()
             self._local.conn = None
 
-    def _exchange(self, conn, path: str, headers: Mapping[str, str], start: int, end: int) -> bytes:
+    def _exchange(self, conn, path: str, headers: Mapping[str, str], start: int, end: int | None) -> bytes:
         conn.request("GET", path, headers=headers)
         resp = conn.getresponse()
         if resp.status not in (200, 206):
@@ -152,7 +154,7 @@ class DirectRangeClient:
         data = resp.read()  # one pass into a new bytes object (Content-Length known): no extra copy
         if resp.will_close:
             self._drop_connection()
-        if resp.status == 200:  # the server ignored Range and sent the whole object
+        if resp.status == 200 and end is not None:  # the server ignored Range and sent the whole object
             return data[start:end]
         return data
 

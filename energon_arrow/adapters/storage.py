@@ -284,6 +284,9 @@ class Storage:
                     return f.read()
             except OSError as exc:
                 raise classify(exc, self.url_of(rel)) from None
+        direct = self._direct
+        if direct is not None:
+            return self._call(rel, lambda: direct.get(*self.path_of(rel).split("/", 1)))
         return self._call(rel, lambda: self.fs.cat_file(self.path_of(rel)))
 
     def read_text(self, rel: str, encoding: str = "utf-8") -> str:
