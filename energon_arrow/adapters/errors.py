@@ -16,6 +16,9 @@ class StorageError(OSError):
         self.url = url
         self.reason = message
 
+    def __reduce__(self):  # picklable across processes (worker errors re-raised in the parent)
+        return (type(self), (self.url, self.reason))
+
 
 class NotFound(StorageError, FileNotFoundError):
     """The object, file or bucket does not exist."""

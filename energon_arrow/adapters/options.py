@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import inspect
+import json
+import logging
+import os
 import threading
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +22,7 @@ SECRET_KEYS = frozenset(
 # inherit the table; a spawned process falls back to the standard AWS environment/profile.
 _SECRETS: dict[str, dict[str, Any]] = {}
 _SECRETS_LOCK = threading.Lock()
+_HANDLE_KEY = os.urandom(32)  # handles are keyed hashes: they reveal nothing about the credentials
 
 
 def split_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -32,12 +37,39 @@ def split_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 def stash_secrets(secret: dict[str, Any]) -> str | None:
+    """Keep `secret` in this process; return an opaque handle (equal credentials share one entry)."""
     if not secret:
         return None
-    handle = uuid.uuid4().hex
+    canonical = json.dumps(secret, sort_keys=True, default=str).encode()
+    handle = hmac.new(_HANDLE_KEY, canonical, hashlib.sha256).hexdigest()[:32]
     with _SECRETS_LOCK:
         _SECRETS[handle] = secret
+    _guard_library_logs()
     return handle
+
+
+class _ScrubFilter(logging.Filter):
+    """Replaces credential values in records of the storage libraries' loggers (their DEBUG output shows
+    request headers) before any handler sees them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+_SCRUB_FILTER = _ScrubFilter()
+_LOGGER_PREFIXES = ("botocore", "aiobotocore", "boto3", "s3fs", "fsspec", "urllib3", "aiohttp")
+
+
+def _guard_library_logs() -> None:
+    names = [n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in _LOGGER_PREFIXES]
+    for name in [*_LOGGER_PREFIXES, *names]:
+        logger = logging.getLogger(name)
+        if _SCRUB_FILTER not in logger.filters:
+            logger.addFilter(_SCRUB_FILTER)
 
 
 def recall_secrets(handle: str | None) -> dict[str, Any]:

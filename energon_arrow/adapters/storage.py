@@ -60,7 +60,17 @@ class Storage:
         self, url, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None
     ):
         self._parsed = parse_url(url)
+        head = self._parsed.path.lstrip("/").split("/", 1)
+        if not self.is_local and "@" in head[0]:  # s3://KEY:SECRET@bucket/...: never echo it back
+            shown = f"{self.protocol}://***@" + "/".join([head[0].rsplit("@", 1)[1], *head[1:]])
+            raise opts.InvalidStorageOptions(
+                shown, "credentials in the URL are not supported: pass them as storage options"
+            )
         self.retry = retry or RetryPolicy()
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise opts.InvalidStorageOptions(
+                self.url, f"storage options must be a mapping, got {type(storage_options).__name__}"
+            )
         raw = dict(storage_options or {})
         self._public, secret = opts.split_secrets(self._validate(raw))
         self._secret_handle = opts.stash_secrets(secret)
@@ -449,7 +459,25 @@ class Storage:
         self._call(rel, lambda: self.fs.makedirs(self.path_of(rel), exist_ok=True))
 
     def remove(self, rel: str, recursive: bool = False) -> None:
-        self._call(rel, lambda: self.fs.rm(self.path_of(rel), recursive=recursive))
+        """Delete a file (or, with `recursive`, a folder). A file that is already gone is not an error."""
+        path = self.path_of(rel)
+        if not recursive:
+            try:
+                self._call(rel, lambda: self.fs.rm_file(path))
+            except NotFound:
+                pass
+            return
+        try:
+            self._call(rel, lambda: self.fs.rm(path, recursive=True))
+        except NotFound:
+            return
+        if not self.is_local:  # s3fs's bulk delete drops per-key errors: check that nothing is left
+            left = self._call(rel, lambda: self.fs.find(path))
+            if left:
+                raise StorageError(
+                    self.url_of(rel),
+                    f"could not delete {len(left)} object(s), e.g. {left[0]!r} (permission denied?)",
+                )
 
     def write_atomic(self, rel: str, data: bytes | str) -> None:
         """Publish one small file: readers see the old content or the new, never a partial file."""
