@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -462,10 +463,8 @@ class Storage:
         """Delete a file (or, with `recursive`, a folder). A file that is already gone is not an error."""
         path = self.path_of(rel)
         if not recursive:
-            try:
+            with contextlib.suppress(NotFound):
                 self._call(rel, lambda: self.fs.rm_file(path))
-            except NotFound:
-                pass
             return
         try:
             self._call(rel, lambda: self.fs.rm(path, recursive=True))
