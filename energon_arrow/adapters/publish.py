@@ -10,7 +10,7 @@ import shutil
 import uuid
 from collections.abc import Mapping
 
-from energon_arrow.adapters.errors import classify
+from energon_arrow.adapters.errors import StorageError, classify
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -29,6 +29,7 @@ def write_atomic(storage, rel: str, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(os.path.dirname(path) or ".")
     except OSError as exc:
         _silent_remove(tmp)
         raise classify(exc, storage.url_of(rel)) from None
@@ -45,6 +46,12 @@ def publish_folder(
     Object stores have no multi-object transaction: each file is one PUT, written in the mapping's order,
     so callers put the file that marks a complete set last.
     """
+    for fname in files:
+        parts = fname.split("/")
+        if not fname or fname.startswith("/") or ".." in parts or "" in parts:
+            raise StorageError(
+                storage.url_of(rel_dir), f"cannot publish {fname!r}: names must be relative paths"
+            )
     if storage.is_local:
         _publish_local(storage, rel_dir, files, keep_existing)
     else:
@@ -69,6 +76,8 @@ def _publish_local(storage, rel_dir, files, keep_existing):
         for fname, content in files.items():
             dest = os.path.join(staging, fname)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if os.path.lexists(dest):  # a carried-over hard link: never write through it into the old set
+                os.unlink(dest)
             if isinstance(content, (bytes, bytearray, memoryview)):
                 with open(dest, "wb") as f:
                     f.write(content)
@@ -77,6 +86,7 @@ def _publish_local(storage, rel_dir, files, keep_existing):
             else:
                 shutil.move(os.fspath(content), dest)
         _swap_in(staging, target)
+        _fsync_dir(parent)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise classify(exc, storage.url_of(rel_dir)) from None
@@ -127,6 +137,14 @@ def _publish_remote(storage, rel_dir, files, keep_existing):
         for info in storage.child(prefix).scan("**/*"):
             if info.path not in files:
                 storage.remove(f"{prefix}/{info.path}")
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _silent_remove(path: str) -> None:
