@@ -22,6 +22,7 @@ SECRET_KEYS = frozenset(
 # inherit the table; a spawned process falls back to the standard AWS environment/profile.
 _SECRETS: dict[str, dict[str, Any]] = {}
 _SECRETS_LOCK = threading.Lock()
+_WARNED: set[str] = set()
 _HANDLE_KEY = os.urandom(32)  # handles are keyed hashes: they reveal nothing about the credentials
 
 
@@ -76,7 +77,16 @@ def recall_secrets(handle: str | None) -> dict[str, Any]:
     if handle is None:
         return {}
     with _SECRETS_LOCK:
-        return dict(_SECRETS.get(handle, {}))
+        found = _SECRETS.get(handle)
+    if found is None:
+        if handle not in _WARNED:
+            _WARNED.add(handle)
+            logging.getLogger("energon_arrow").warning(
+                "storage credentials given as options in another process are not available here (a spawned "
+                "worker): using the AWS environment / profile instead"
+            )
+        return {}
+    return dict(found)
 
 
 def secret_values() -> list[str]:

@@ -257,10 +257,7 @@ class Storage:
         root = self.path_of("").rstrip("/")
         if self.is_local:
             return self._scan_local(root, regex)
-        try:
-            found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))
-        except NotFound:
-            return []
+        found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))  # missing bucket: NotFound
         out = []
         for path, info in found.items():
             rel = path[len(root) :].lstrip("/") if path.startswith(root) else path

@@ -108,18 +108,37 @@ class PrefetchReader(io.RawIOBase):
         return b"".join(parts)
 
     def skip(self, n: int) -> None:
-        """Advance `n` bytes without copying them out (block fetches still happen)."""
+        """Advance `n` bytes without copying them out. Bytes already fetched or in flight are stepped over;
+        a target beyond them drops the read-ahead and restarts it at the target (nothing between is fetched)."""
+        if n < 0:
+            raise ValueError(f"{self.name}: a stream only moves forward (skip({n}))")
         target = self._pos + n
+        if target > self._size:
+            raise EOFError(f"{self.name}: cannot skip to offset {target} beyond end {self._size}")
+        if target >= self._next_fetch:
+            self._drop_queue()
+            self._next_fetch = target
+            self._raw, self._buf, self._buf_start = b"", memoryview(b""), target
         while target > self._buf_start + len(self._buf):
             self._pos = self._buf_start + len(self._buf)
-            if not self._advance_block():
-                raise EOFError(f"{self.name}: cannot skip to offset {target} beyond end {self._size}")
+            self._advance_block()
         self._pos = target
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Forward-only seek (SEEK_SET / SEEK_CUR), implemented by skip()."""
+        target = {io.SEEK_SET: offset, io.SEEK_CUR: self._pos + offset}.get(whence)
+        if target is None or target < self._pos:
+            raise io.UnsupportedOperation(f"{self.name}: a stream only seeks forward")
+        self.skip(target - self._pos)
+        return self._pos
+
+    def _drop_queue(self) -> None:
+        for _, fut in self._queue:
+            fut.cancel()
+        self._queue.clear()
 
     def close(self):
         if not self.closed:
-            for _, fut in self._queue:
-                fut.cancel()
-            self._queue.clear()
+            self._drop_queue()
             self._pool.shutdown(wait=False, cancel_futures=True)
         super().close()

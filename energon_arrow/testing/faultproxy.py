@@ -31,7 +31,8 @@ class FaultProxy:
         self.upstream = (parts.hostname, parts.port or 80)
         self._faults: deque[str] = deque()
         self._lock = threading.Lock()
-        self.requests: list[tuple[str, str, str]] = []  # (method, path, "forwarded" or the fault)
+        # (method, path, Range header or "", "forwarded" or the fault)
+        self.requests: list[tuple[str, str, str, str]] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -42,7 +43,7 @@ class FaultProxy:
 
             def _handle(self):
                 fault = proxy._next_fault()
-                proxy._record(self.command, self.path, fault or "forwarded")
+                proxy._record(self.command, self.path, self.headers.get("Range", ""), fault or "forwarded")
                 if fault == "reset":
                     # RST instead of FIN: the client sees ECONNRESET
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -108,15 +109,15 @@ class FaultProxy:
 
     def count(self, method: str | None = None) -> int:
         with self._lock:
-            return sum(1 for m, _, _ in self.requests if method is None or m == method)
+            return sum(1 for m, *_ in self.requests if method is None or m == method)
 
     def _next_fault(self) -> str | None:
         with self._lock:
             return self._faults.popleft() if self._faults else None
 
-    def _record(self, method: str, path: str, outcome: str) -> None:
+    def _record(self, method: str, path: str, byte_range: str, outcome: str) -> None:
         with self._lock:
-            self.requests.append((method, path, outcome))
+            self.requests.append((method, path, byte_range, outcome))
 
     def close(self) -> None:
         self._server.shutdown()

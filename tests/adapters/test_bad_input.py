@@ -161,6 +161,12 @@ class TestAgainstEnforcedCredentials:
         with pytest.raises(NotFound, match=rf"s3://{bucket}/missing\.bin"):
             open_storage(f"s3://{bucket}", options).read_bytes("missing.bin")
         nobucket = open_storage("s3://ea-no-such-bucket/p", options)
-        for op in (lambda: nobucket.read_bytes("f.bin"), lambda: nobucket.read_range("f.bin", 0, 1)):
+        for op in (
+            lambda: nobucket.read_bytes("f.bin"),
+            lambda: nobucket.read_range("f.bin", 0, 1),
+            lambda: nobucket.stat("f.bin"),
+        ):
             with pytest.raises(NotFound, match=r"s3://ea-no-such-bucket/p/f\.bin"):
                 op()
+        with pytest.raises(NotFound, match=r"s3://ea-no-such-bucket/p"):
+            nobucket.list_files("**/*.tar")

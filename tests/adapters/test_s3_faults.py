@@ -116,3 +116,37 @@ def test_permission_denied_through_proxy_fails_at_once(s3_iam_server, s3_object)
         # and the correct secret through the same proxy: signatures survive the proxy
         good = open_storage(f"s3://{bucket}", {**options, "secret": SECRET_KEY})
         assert good.read_range("f.bin", 0, 10) == b"x" * 10
+
+
+def test_far_skip_fetches_nothing_in_between(fault_proxy, s3_object):
+    bucket, key, data = s3_object  # 16 KiB
+    store, name = through_proxy(fault_proxy, bucket, key)
+    with store.open_stream(name, block_size=2048, depth=2) as f:
+        assert f.read(10) == data[:10]
+        f.skip(12_000 - 10)
+        assert f.read(100) == data[12_000:12_100]
+        f.seek(16_000)
+        assert f.read() == data[16_000:]
+    ranges = [r for m, _, r, _ in fault_proxy.requests if m == "GET"]
+    starts = sorted(int(r.split("=")[1].split("-")[0]) for r in ranges)
+    assert starts[:2] == [0, 2048] and all(s >= 12_000 for s in starts[2:])
+
+
+def test_spawned_process_without_the_credentials_falls_back_to_environment(s3_object, s3_server):
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    bucket, key, data = s3_object
+    folder, name = posixpath.split(key)
+    store = open_storage(f"s3://{bucket}/{folder}", s3_server.storage_options)
+    blob = pickle.dumps(store)
+    code = (
+        "import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
+        f"sys.stdout.buffer.write(s.read_range({name!r}, 5, 4))"
+    )
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, env=env, check=True)
+    assert out.stdout == data[5:9]
+    assert b"not available here" in out.stderr
