@@ -257,7 +257,8 @@ class Storage:
         root = self.path_of("").rstrip("/")
         if self.is_local:
             return self._scan_local(root, regex)
-        found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))  # missing bucket: NotFound
+        # a missing bucket is NotFound; a missing prefix in a bucket lists as empty
+        found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))
         out = []
         for path, info in found.items():
             rel = path[len(root) :].lstrip("/") if path.startswith(root) else path
