@@ -160,6 +160,8 @@ def normalise_s3_options(options: Mapping[str, Any], url: str) -> dict[str, Any]
     if ("key" in out) != ("secret" in out):
         raise InvalidStorageOptions(url, "give both key and secret (aws_access_key_id/aws_secret_access_key)")
     # botocore retries inside each call would multiply with energon-arrow's RetryPolicy: one attempt there
+    # fresh metadata: another process may replace a shard between two stats (identity checks depend on it)
+    out.setdefault("use_listings_cache", False)
     config = dict(out.get("config_kwargs") or {})
     config.setdefault("retries", {"total_max_attempts": 1})
     out["config_kwargs"] = config

@@ -13,6 +13,7 @@ import datetime
 import hashlib
 import hmac
 import http.client
+import json
 import os
 import re
 import threading
@@ -54,7 +55,16 @@ class S3HttpError(OSError):
 class DirectRangeClient:
     """GET byte ranges of S3 objects. Not picklable on purpose: each process builds its own from options."""
 
-    def __init__(self, endpoint: str, region: str, credentials, verify: bool | str = True, workers: int = 32):
+    def __init__(
+        self,
+        endpoint: str,
+        region: str,
+        credentials,
+        verify: bool | str = True,
+        workers: int = 32,
+        connect_timeout: float = 60.0,
+        read_timeout: float = 60.0,
+    ):
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"endpoint must be http(s)://host[:port], got {endpoint!r}")
@@ -67,6 +77,7 @@ class DirectRangeClient:
         self._region = region
         self._credentials = credentials  # botocore Credentials (refreshable) or None for anonymous
         self._verify = verify
+        self._timeouts = (connect_timeout, read_timeout)
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ea-s3get")
         self._signing_keys: dict[tuple[str, str], bytes] = {}
@@ -116,9 +127,6 @@ class DirectRangeClient:
             return [one(requests[0])]
         return list(self._pool.map(one, requests))
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
     # ---- HTTP ---------------------------------------------------------------------------------------------
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
         conn = getattr(self._local, "conn", None)
@@ -131,9 +139,11 @@ class DirectRangeClient:
             if self._verify is False:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=60, context=ctx)
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeouts[0], context=ctx)
         else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=60)
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeouts[0])
+        conn.connect()
+        conn.sock.settimeout(self._timeouts[1])
         self._local.conn = conn
         return conn, False
 
@@ -201,13 +211,28 @@ def _error_code_message(status: int, body: bytes) -> tuple[str, str]:
     return (code.group(1) if code else str(status)), (message.group(1) if message else "")
 
 
+_CLIENTS: dict[tuple[int, str], DirectRangeClient | None] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
 def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:
-    """A direct client for these s3fs options, or None where only s3fs can serve them (no explicit endpoint,
-    or options such as requester-pays or SSE-C that change the request)."""
+    """The direct client for these s3fs options (one per process and options, shared by every Storage), or None
+    where only s3fs can serve them (no explicit endpoint, or options such as requester-pays or SSE-C)."""
+    cache_key = (os.getpid(), json.dumps(options, sort_keys=True, default=str))  # in memory only
+    with _CLIENTS_LOCK:
+        if cache_key in _CLIENTS:
+            return _CLIENTS[cache_key]
+    client = _build_client(options)
+    with _CLIENTS_LOCK:
+        return _CLIENTS.setdefault(cache_key, client)
+
+
+def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
     client_kwargs = dict(options.get("client_kwargs") or {})
+    config = dict(options.get("config_kwargs") or {})
     if set(options) - _SIMPLE_OPTIONS or set(client_kwargs) - _SIMPLE_CLIENT_KWARGS:
         return None
-    if set(options.get("config_kwargs") or {}) - {"retries", "connect_timeout", "read_timeout"}:
+    if set(config) - {"retries", "connect_timeout", "read_timeout"}:
         return None
     endpoint = (
         options.get("endpoint_url")
@@ -231,4 +256,11 @@ def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:
         else:
             credentials = session.get_credentials()
     region = client_kwargs.get("region_name") or session.get_config_variable("region") or "us-east-1"
-    return DirectRangeClient(endpoint, region, credentials, verify=client_kwargs.get("verify", True))
+    return DirectRangeClient(
+        endpoint,
+        region,
+        credentials,
+        verify=client_kwargs.get("verify", True),
+        connect_timeout=float(config.get("connect_timeout", 60)),
+        read_timeout=float(config.get("read_timeout", 60)),
+    )

@@ -137,6 +137,15 @@ class TestAgainstEnforcedCredentials:
         clone = pickle.loads(blob)  # same process: the credentials come back through the handle
         assert clone.storage_options["secret"] == SECRET
 
+    def test_signatures_of_unusual_keys(self, s3_iam_server):
+        bucket = s3_iam_server.create_bucket("ea-iam")
+        key = "odd/we ird+na=me;ü~(1).bin"
+        s3_iam_server.client().put_object(Bucket=bucket, Key=key, Body=b"0123456789")
+        options = {"endpoint_url": s3_iam_server.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+        store = open_storage(f"s3://{bucket}/odd", options)
+        assert store.read_range("we ird+na=me;ü~(1).bin", 2, 3) == b"234"
+        assert store.read_bytes("we ird+na=me;ü~(1).bin") == b"0123456789"
+
     def test_read_only_identity(self, s3_iam_server):
         bucket = s3_iam_server.create_bucket("ea-iam")
         s3_iam_server.client().put_object(Bucket=bucket, Key="r/f.bin", Body=b"readable")

@@ -150,3 +150,13 @@ def test_spawned_process_without_the_credentials_falls_back_to_environment(s3_ob
     out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, env=env, check=True)
     assert out.stdout == data[5:9]
     assert b"not available here" in out.stderr
+
+
+def test_metadata_is_fresh_after_another_client_rewrites(s3_server, s3_object):
+    bucket, key, data = s3_object
+    folder, name = posixpath.split(key)
+    store = open_storage(f"s3://{bucket}/{folder}", s3_server.storage_options)
+    before = store.scan("*.bin")[0]
+    s3_server.client().put_object(Bucket=bucket, Key=key, Body=data + b"more")
+    assert store.stat(name).size == len(data) + 4
+    assert store.scan("*.bin")[0].identity != before.identity
