@@ -9,6 +9,22 @@ from collections.abc import Callable
 import click
 
 
+# options that are always strings: a secret like "123" or "1e10" must not turn into a number
+_STRING_OPTIONS = {
+    "key",
+    "secret",
+    "token",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "password",
+    "profile",
+    "endpoint_url",
+    "region_name",
+    "region",
+}
+
+
 def _parse_value(text: str):
     try:
         return json.loads(text)
@@ -43,7 +59,7 @@ def parse_storage_options(pairs: tuple[str, ...], as_json: str | None) -> dict:
                 raise click.BadParameter(
                     f"{where!r} is already set to a value, cannot set {key!r}", param_hint="--storage-option"
                 )
-        target[leaf] = _parse_value(value)
+        target[leaf] = value if leaf in _STRING_OPTIONS else _parse_value(value)
     return options
 
 

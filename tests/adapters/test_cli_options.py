@@ -29,6 +29,18 @@ def test_pairs_values_and_nesting():
     }
 
 
+def test_credentials_and_names_stay_strings():
+    opts = parse_storage_options(
+        ("key=12345", "secret=1e10", "token=true", "client_kwargs.region_name=null"), None
+    )
+    assert opts == {
+        "key": "12345",
+        "secret": "1e10",
+        "token": "true",
+        "client_kwargs": {"region_name": "null"},
+    }
+
+
 def test_json_then_pairs_override():
     opts = parse_storage_options(
         ("anon=false", "client_kwargs.verify=false"), '{"anon": true, "client_kwargs": {"region_name": "x"}}'
