@@ -22,7 +22,7 @@ from energon_arrow.adapters.errors import (
 )
 from energon_arrow.adapters.ranges import coalesce_ranges, split_fetched
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
-from energon_arrow.adapters.stream import PrefetchReader
+from energon_arrow.adapters.stream import LocalStream, PrefetchReader
 from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url
 
 
@@ -421,7 +421,7 @@ class Storage:
         """A forward-only binary reader. Local: a buffered file. Remote: `depth` blocks fetched ahead."""
         if self.is_local:
             try:
-                return open(self.path_of(rel), "rb", buffering=block_size)
+                return LocalStream(self.path_of(rel), block_size)
             except OSError as exc:
                 raise classify(exc, self.url_of(rel)) from None
         size = self.stat(rel).size

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -142,3 +143,28 @@ class PrefetchReader(io.RawIOBase):
             self._drop_queue()
             self._pool.shutdown(wait=False, cancel_futures=True)
         super().close()
+
+
+class LocalStream(io.BufferedReader):
+    """A buffered local file with the stream interface of PrefetchReader (`skip`, `size`)."""
+
+    def __init__(self, path: str, block_size: int):
+        raw = io.FileIO(path, "rb")
+        try:
+            self._size = os.fstat(raw.fileno()).st_size
+            super().__init__(raw, buffer_size=block_size)
+        except BaseException:
+            raw.close()
+            raise
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def skip(self, n: int) -> None:
+        if n < 0:
+            raise ValueError(f"{self.name}: a stream only moves forward (skip({n}))")
+        target = self.tell() + n
+        if target > self._size:
+            raise EOFError(f"{self.name}: cannot skip to offset {target} beyond end {self._size}")
+        self.seek(target)

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import click
 
-
 # options that are always strings: a secret like "123" or "1e10" must not turn into a number
 _STRING_OPTIONS = {
     "key",

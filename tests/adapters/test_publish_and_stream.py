@@ -97,15 +97,16 @@ def test_stream_skip_readinto_tell_and_eof(any_storage):
     any_storage.write_atomic("s.bin", data)
     with any_storage.open_stream("s.bin", block_size=4096, depth=3) as f:
         assert f.read(10) == data[:10]
-        if hasattr(f, "skip"):
-            f.skip(50_000)
-        else:
-            f.seek(50_000, os.SEEK_CUR)
+        assert f.size == len(data)
+        f.skip(50_000)
         assert f.tell() == 50_010
         buf = bytearray(9000)
         assert f.readinto(buf) == 9000 and bytes(buf) == data[50_010:59_010]
-        assert f.read() == data[59_010:]
+        assert f.seek(60_000) == 60_000
+        assert f.read() == data[60_000:]
         assert f.read(10) == b""
+        with pytest.raises(EOFError, match=r"s\.bin: cannot skip to offset 100013"):
+            f.skip(10)
 
 
 def test_stream_of_empty_and_missing_files(any_storage):
