@@ -132,3 +132,13 @@ def test_read_ranges_edge_cases(any_storage):
         any_storage.read_ranges(["e.bin", "missing.bin"], [0, 0], [1, 1])
     with pytest.raises(ValueError, match="2 paths for 1 ranges"):
         any_storage.read_ranges(["e.bin", "e.bin"], [0], [1])
+
+
+def test_publish_moves_local_files_into_any_store(any_storage, tmp_path):
+    src = tmp_path / "index.sqlite"
+    src.write_bytes(b"sqlite" * 1000)
+    any_storage.publish_folder("meta", {"index.sqlite": src, "info.json": b"{}"})
+    assert any_storage.read_bytes("meta/index.sqlite") == b"sqlite" * 1000 and not src.exists()
+    with pytest.raises(NotFound, match=r"meta"):
+        any_storage.publish_folder("meta", {"index.sqlite": tmp_path / "gone.sqlite"})
+    assert any_storage.read_bytes("meta/index.sqlite") == b"sqlite" * 1000
