@@ -140,5 +140,6 @@ def test_publish_moves_local_files_into_any_store(any_storage, tmp_path):
     any_storage.publish_folder("meta", {"index.sqlite": src, "info.json": b"{}"})
     assert any_storage.read_bytes("meta/index.sqlite") == b"sqlite" * 1000 and not src.exists()
     with pytest.raises(NotFound, match=r"meta"):
-        any_storage.publish_folder("meta", {"index.sqlite": tmp_path / "gone.sqlite"})
+        any_storage.publish_folder("meta", {"info.json": b"new", "index.sqlite": tmp_path / "gone.sqlite"})
     assert any_storage.read_bytes("meta/index.sqlite") == b"sqlite" * 1000
+    assert any_storage.read_bytes("meta/info.json") == b"{}"  # nothing of the failed set was written
