@@ -126,16 +126,16 @@ def _link_or_copy(src, dst):
 
 def _publish_remote(storage, rel_dir, files, keep_existing):
     prefix = rel_dir.rstrip("/")
+    for fname, content in files.items():  # check every input before the first write
+        if not isinstance(content, (bytes, bytearray, memoryview)) and not os.path.isfile(os.fspath(content)):
+            missing = FileNotFoundError(f"no local file {os.fspath(content)!r} to publish as {fname!r}")
+            raise classify(missing, storage.url_of(f"{prefix}/{fname}"))
     for fname, content in files.items():
         rel = f"{prefix}/{fname}"
         if isinstance(content, (bytes, bytearray, memoryview)):
             write_atomic(storage, rel, bytes(content))
             continue
         local = os.fspath(content)
-        if not os.path.isfile(local):
-            raise classify(
-                FileNotFoundError(f"no local file {local!r} to publish as {fname!r}"), storage.url_of(rel)
-            )
         # streamed (multipart for large files); the object appears whole when the upload completes
         storage._call(rel, lambda local=local, rel=rel: storage.fs.put_file(local, storage.path_of(rel)))
         _silent_remove(local)  # moved in, as on local disk
