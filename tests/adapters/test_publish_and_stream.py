@@ -143,3 +143,13 @@ def test_publish_moves_local_files_into_any_store(any_storage, tmp_path):
         any_storage.publish_folder("meta", {"info.json": b"new", "index.sqlite": tmp_path / "gone.sqlite"})
     assert any_storage.read_bytes("meta/index.sqlite") == b"sqlite" * 1000
     assert any_storage.read_bytes("meta/info.json") == b"{}"  # nothing of the failed set was written
+
+
+def test_local_publish_without_rename_exchange(tmp_path, monkeypatch):
+    from energon_arrow.adapters import publish
+
+    monkeypatch.setattr(publish, "_rename_exchange", lambda a, b: False)  # kernels/filesystems without it
+    store = open_storage(str(tmp_path))
+    store.publish_folder("m", {"a": b"1"})
+    store.publish_folder("m", {"a": b"2"})
+    assert store.read_bytes("m/a") == b"2" and sorted(os.listdir(tmp_path)) == ["m"]
