@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +15,10 @@ from energon_arrow.adapters.errors import (
     NotFound,
     NotLocal,
     StorageError,
-    TransientError,
     UnsupportedScheme,
     classify,
 )
-from energon_arrow.adapters.ranges import coalesce_ranges, split_fetched
+from energon_arrow.adapters.fetch import fetch_groups, read_ranges
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
 from energon_arrow.adapters.stream import LocalStream, PrefetchReader
 from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url
@@ -313,109 +311,12 @@ class Storage:
         """read_range without the final copy: bytes or bytearray."""
         if size == 0:
             return b""
-        return self._fetch_groups([rel], np.array([offset], np.int64), np.array([offset + size], np.int64))[0]
+        return fetch_groups(self, [rel], [offset], [offset + size])[0]
 
     def read_ranges(self, rels: str | Sequence[str], offsets, sizes) -> list[memoryview]:
         """Many ranges at once, results in request order. Nearby ranges of a file are coalesced into one
         fetch; remote fetches run concurrently. `rels` is one path for all ranges, or one path per range."""
-        offsets = np.asarray(offsets, np.int64)
-        sizes = np.asarray(sizes, np.int64)
-        n = offsets.size
-        if isinstance(rels, str):
-            names, inverse = [rels], np.zeros(n, np.int64)
-        else:
-            if len(rels) != n:
-                raise ValueError(f"read_ranges: {len(rels)} paths for {n} ranges")
-            uniq, inverse = np.unique(np.asarray(rels, dtype=object), return_inverse=True)
-            names = uniq.tolist()
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(names) + 1))
-        plans, fetch_rels, fetch_starts, fetch_ends = [], [], [], []
-        for k, name in enumerate(names):
-            idx = order[bounds[k] : bounds[k + 1]]
-            plan = coalesce_ranges(offsets[idx], sizes[idx], self.range_gap, self.max_fetch)
-            plans.append((idx, plan, len(fetch_rels)))
-            fetch_rels += [name] * plan.starts.size
-            fetch_starts.append(plan.starts)
-            fetch_ends.append(plan.ends)
-        if not fetch_rels:
-            return []
-        fetched = self._fetch_groups(fetch_rels, np.concatenate(fetch_starts), np.concatenate(fetch_ends))
-        out: list[Any] = [None] * n
-        for idx, plan, base in plans:
-            views = split_fetched(fetched[base : base + plan.starts.size], plan, sizes[idx])
-            for i, view in zip(idx.tolist(), views):
-                out[i] = view
-        return out
-
-    def _fetch_groups(self, rels: list[str], starts: np.ndarray, ends: np.ndarray) -> list:
-        """Fetch [starts[i], ends[i]) of rels[i] for every i: remote ones concurrently, retrying transient
-        failures of individual fetches per the policy; every fetch must come back whole."""
-        if self.is_local:
-            results = self._pread_many(rels, starts.tolist(), ends.tolist())
-        else:
-            results = self._fetch_remote(rels, starts.tolist(), ends.tolist())
-        for i, data in enumerate(results):
-            want = int(ends[i] - starts[i])
-            if len(data) != want:
-                raise StorageError(
-                    self.url_of(rels[i]),
-                    f"short read: wanted {want} bytes at offset {int(starts[i])}, got {len(data)}",
-                )
-        return results
-
-    def _pread_many(self, rels: list[str], starts: list[int], ends: list[int]) -> list[bytes]:
-        results: list[bytes] = []
-        fd, fd_rel = None, None
-        try:
-            for rel, s, e in zip(rels, starts, ends):
-                if rel != fd_rel:
-                    if fd is not None:
-                        os.close(fd)
-                        fd = None
-                    fd_rel = rel
-                    fd = os.open(self.path_of(rel), os.O_RDONLY)
-                results.append(os.pread(fd, e - s, s))
-        except OSError as exc:
-            raise classify(exc, self.url_of(fd_rel or "")) from None
-        finally:
-            if fd is not None:
-                os.close(fd)
-        return results
-
-    def _fetch_remote(self, rels: list[str], starts: list[int], ends: list[int]) -> list:
-        paths = [self.path_of(r) for r in rels]
-        direct = self._direct
-        results: list[Any] = [None] * len(rels)
-        pending = list(range(len(rels)))
-        for attempt in range(self.retry.attempts):
-            if direct is not None:
-                got = direct.get_many([(*paths[i].split("/", 1), starts[i], ends[i]) for i in pending])
-            else:
-                got = self.fs.cat_ranges(
-                    [paths[i] for i in pending],
-                    [starts[i] for i in pending],
-                    [ends[i] for i in pending],
-                    on_error="return",
-                )
-            failed = []
-            for i, value in zip(pending, got):
-                if not isinstance(value, BaseException):
-                    results[i] = value
-                    continue
-                err = classify(value, self.url_of(rels[i]))
-                if not isinstance(err, TransientError):
-                    raise err from None
-                if attempt + 1 == self.retry.attempts:
-                    raise TransientError(
-                        err.url, f"{err.reason}; gave up after {self.retry.attempts} attempts"
-                    ) from None
-                failed.append(i)
-            if not failed:
-                break
-            pending = failed
-            time.sleep(self.retry.delay(attempt))
-        return results
+        return read_ranges(self, rels, offsets, sizes)
 
     def open_stream(self, rel: str, block_size: int = 8 * 1024 * 1024, depth: int = 4):
         """A forward-only binary reader. Local: a buffered file. Remote: `depth` blocks fetched ahead."""
