@@ -49,28 +49,31 @@ def stash_secrets(secret: dict[str, Any]) -> str | None:
     return handle
 
 
-class _ScrubFilter(logging.Filter):
-    """Replaces credential values in records of the storage libraries' loggers (their DEBUG output shows
-    request headers) before any handler sees them."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = scrub(message)
-        if clean != message:
-            record.msg, record.args = clean, None
-        return True
-
-
-_SCRUB_FILTER = _ScrubFilter()
-_LOGGER_PREFIXES = ("botocore", "aiobotocore", "boto3", "s3fs", "fsspec", "urllib3", "aiohttp")
+_LOGGER_PREFIXES = ("botocore", "aiobotocore", "boto3", "s3fs", "fsspec", "urllib3", "aiohttp", "energon_arrow")
+_guard_lock = threading.Lock()
+_guarded = False
 
 
 def _guard_library_logs() -> None:
-    names = [n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in _LOGGER_PREFIXES]
-    for name in [*_LOGGER_PREFIXES, *names]:
-        logger = logging.getLogger(name)
-        if _SCRUB_FILTER not in logger.filters:
-            logger.addFilter(_SCRUB_FILTER)
+    """Scrub credential values from every log record of the storage libraries (their DEBUG output shows request
+    headers). A record factory sees records of loggers created later too, unlike per-logger filters."""
+    global _guarded
+    with _guard_lock:
+        if _guarded:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args, **kwargs):
+            record = previous(*args, **kwargs)
+            if record.name.split(".", 1)[0] in _LOGGER_PREFIXES:
+                message = record.getMessage()
+                clean = scrub(message)
+                if clean != message:
+                    record.msg, record.args = clean, None
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _guarded = True
 
 
 def recall_secrets(handle: str | None) -> dict[str, Any]:
