@@ -37,7 +37,7 @@ class PrefetchReader(io.RawIOBase):
         return True
 
     def seekable(self) -> bool:
-        return False
+        return True  # forward only: seek() backwards raises io.UnsupportedOperation
 
     def tell(self) -> int:
         return self._pos

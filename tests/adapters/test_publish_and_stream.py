@@ -153,3 +153,15 @@ def test_local_publish_without_rename_exchange(tmp_path, monkeypatch):
     store.publish_folder("m", {"a": b"1"})
     store.publish_folder("m", {"a": b"2"})
     assert store.read_bytes("m/a") == b"2" and sorted(os.listdir(tmp_path)) == ["m"]
+
+
+def test_stream_wrapped_in_a_buffered_reader_seeks_forward(any_storage):
+    import io
+
+    data = b"".join(b"line %d\n" % i for i in range(20_000))
+    any_storage.write_atomic("lines.txt", data)
+    with io.BufferedReader(any_storage.open_stream("lines.txt", block_size=8192), 4096) as f:
+        assert f.readline() == b"line 0\n"
+        f.seek(data.index(b"line 15000\n"))
+        assert f.readline() == b"line 15000\n"
+        assert sum(1 for _ in f) == 20_000 - 15_001
