@@ -49,7 +49,16 @@ def stash_secrets(secret: dict[str, Any]) -> str | None:
     return handle
 
 
-_LOGGER_PREFIXES = ("botocore", "aiobotocore", "boto3", "s3fs", "fsspec", "urllib3", "aiohttp", "energon_arrow")
+_LOGGER_PREFIXES = (
+    "botocore",
+    "aiobotocore",
+    "boto3",
+    "s3fs",
+    "fsspec",
+    "urllib3",
+    "aiohttp",
+    "energon_arrow",
+)
 _guard_lock = threading.Lock()
 _guarded = False
 
