@@ -7,11 +7,13 @@ import ctypes
 import ctypes.util
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Mapping
 
 from energon_arrow.adapters.errors import StorageError, classify
 
+STALE_STAGING_S = 24 * 3600  # no publish takes a day: older staging folders were abandoned by a crash
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -64,6 +66,7 @@ def _publish_local(storage, rel_dir, files, keep_existing):
     staging = os.path.join(parent, f".{name}.staging-{uuid.uuid4().hex[:12]}")
     try:
         os.makedirs(parent, exist_ok=True)
+        _remove_abandoned_staging(parent, name)
         if keep_existing and os.path.isdir(target):
             shutil.copytree(
                 target,
@@ -90,6 +93,17 @@ def _publish_local(storage, rel_dir, files, keep_existing):
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise classify(exc, storage.url_of(rel_dir)) from None
+
+
+def _remove_abandoned_staging(parent: str, name: str) -> None:
+    """Staging folders of publishers that died (killed mid-publish) and are older than STALE_STAGING_S."""
+    prefix = f".{name}.staging-"
+    now = time.time()
+    for entry in os.scandir(parent):
+        if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_STAGING_S:
+                    shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _swap_in(staging: str, target: str) -> None:

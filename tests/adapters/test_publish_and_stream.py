@@ -165,3 +165,15 @@ def test_stream_wrapped_in_a_buffered_reader_seeks_forward(any_storage):
         f.seek(data.index(b"line 15000\n"))
         assert f.readline() == b"line 15000\n"
         assert sum(1 for _ in f) == 20_000 - 15_001
+
+
+def test_local_publish_removes_staging_abandoned_by_a_crash(tmp_path):
+    store = open_storage(str(tmp_path))
+    old = tmp_path / ".meta.staging-deadbeef0000"
+    old.mkdir()
+    (old / "half.sqlite").write_bytes(b"half")
+    os.utime(old, (1, 1))
+    recent = tmp_path / ".meta.staging-0123456789ab"  # maybe a publisher running right now: left alone
+    recent.mkdir()
+    store.publish_folder("meta", {"a": b"1"})
+    assert not old.exists() and recent.exists()
