@@ -22,6 +22,7 @@ SECRET_KEYS = frozenset(
 # inherit the table; a spawned process falls back to the standard AWS environment/profile.
 _SECRETS: dict[str, dict[str, Any]] = {}
 _SECRETS_LOCK = threading.Lock()
+# a lock held by another thread at fork() would stay held forever in the child: give the child fresh ones
 _WARNED: set[str] = set()
 _HANDLE_KEY = os.urandom(32)  # handles are keyed hashes: they reveal nothing about the credentials
 
@@ -60,6 +61,10 @@ _LOGGER_PREFIXES = (
     "energon_arrow",
 )
 _guard_lock = threading.Lock()
+# a lock held by another thread at fork() would stay held forever in the child: give the child fresh ones
+os.register_at_fork(
+    after_in_child=lambda: globals().update(_SECRETS_LOCK=threading.Lock(), _guard_lock=threading.Lock())
+)
 _guarded = False
 
 

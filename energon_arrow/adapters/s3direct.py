@@ -213,6 +213,7 @@ def _error_code_message(status: int, body: bytes) -> tuple[str, str]:
 
 _CLIENTS: dict[tuple[int, str], DirectRangeClient | None] = {}
 _CLIENTS_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=lambda: globals().update(_CLIENTS_LOCK=threading.Lock()))
 
 
 def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:

@@ -160,3 +160,26 @@ def test_metadata_is_fresh_after_another_client_rewrites(s3_server, s3_object):
     s3_server.client().put_object(Bucket=bucket, Key=key, Body=data + b"more")
     assert store.stat(name).size == len(data) + 4
     assert store.scan("*.bin")[0].identity != before.identity
+
+
+def _read_in_worker(store, name, queue):
+    queue.put(bytes(store.read_ranges(name, [1, 300], [3, 4])[1]) + store.read_range(name, 7, 2))
+
+
+def test_forked_workers_inherit_credentials_and_build_their_own_clients(s3_server, s3_object):
+    import multiprocessing
+
+    bucket, key, data = s3_object
+    folder, name = posixpath.split(key)
+    store = open_storage(f"s3://{bucket}/{folder}", s3_server.storage_options)
+    assert store.read_range(name, 0, 2) == data[:2]  # the parent's client and pool exist before the fork
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_read_in_worker, args=(store, name, queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert results == [data[300:304] + data[7:9]] * 2
