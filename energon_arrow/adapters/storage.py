@@ -151,6 +151,7 @@ class Storage:
             "credentials_handle": self._secret_handle,
             "retry": self.retry,
             "coalescing": (self.range_gap, self.max_fetch),
+            "direct_reads": self.use_direct_reads,
         }
 
     def __setstate__(self, state):
@@ -159,6 +160,7 @@ class Storage:
         self._secret_handle = state["credentials_handle"]
         self.retry = state["retry"]
         self.range_gap, self.max_fetch = state["coalescing"]
+        self.use_direct_reads = state["direct_reads"]
         self._fs = None
         self._fs_pid = None
         self._direct_client = None

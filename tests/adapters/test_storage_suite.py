@@ -143,5 +143,8 @@ def test_read_ranges_under_every_coalescing_setting(any_storage, gap, max_fetch)
     any_storage.range_gap, any_storage.max_fetch = gap, max_fetch
     got = any_storage.read_ranges(["c.bin"] * offsets.size, offsets, sizes)
     assert [bytes(g) for g in got] == [data[o : o + s] for o, s in zip(offsets, sizes)]
-    clone = pickle.loads(pickle.dumps(any_storage))  # the settings travel with the storage
-    assert (clone.range_gap, clone.max_fetch) == (gap, max_fetch)
+    any_storage.use_direct_reads = False
+    clone = pickle.loads(pickle.dumps(any_storage))  # the settings travel with the storage and its children
+    assert (clone.range_gap, clone.max_fetch, clone.use_direct_reads) == (gap, max_fetch, False)
+    child = any_storage.child("x")
+    assert (child.range_gap, child.max_fetch, child.use_direct_reads) == (gap, max_fetch, False)
