@@ -8,6 +8,21 @@ from collections.abc import Callable
 
 import click
 
+# options that are always strings: a secret like "123" or "1e10" must not turn into a number
+_STRING_OPTIONS = {
+    "key",
+    "secret",
+    "token",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "password",
+    "profile",
+    "endpoint_url",
+    "region_name",
+    "region",
+}
+
 
 def _parse_value(text: str):
     try:
@@ -23,18 +38,27 @@ def parse_storage_options(pairs: tuple[str, ...], as_json: str | None) -> dict:
         try:
             options = json.loads(as_json)
         except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"not valid JSON at char {exc.pos}: {exc.msg}", param_hint="--storage-options") from None
+            raise click.BadParameter(
+                f"not valid JSON at char {exc.pos}: {exc.msg}", param_hint="--storage-options"
+            ) from None
         if not isinstance(options, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--storage-options") from None
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--storage-option")
-        target = options
         *parents, leaf = key.split(".")
-        for p in parents:
+        if not all([*parents, leaf]):
+            raise click.BadParameter(f"empty key part in {key!r}", param_hint="--storage-option")
+        target = options
+        for depth, p in enumerate(parents):
             target = target.setdefault(p, {})
-        target[leaf] = _parse_value(value)
+            if not isinstance(target, dict):
+                where = ".".join(parents[: depth + 1])
+                raise click.BadParameter(
+                    f"{where!r} is already set to a value, cannot set {key!r}", param_hint="--storage-option"
+                )
+        target[leaf] = value if leaf in _STRING_OPTIONS else _parse_value(value)
     return options
 
 
@@ -43,13 +67,21 @@ def storage_options(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, storage_option_pairs=(), storage_options_json=None, **kwargs):
-        return fn(*args, storage_options=parse_storage_options(storage_option_pairs, storage_options_json), **kwargs)
+        return fn(
+            *args, storage_options=parse_storage_options(storage_option_pairs, storage_options_json), **kwargs
+        )
 
     wrapper = click.option(
-        "--storage-options", "storage_options_json", default=None, metavar="JSON",
+        "--storage-options",
+        "storage_options_json",
+        default=None,
+        metavar="JSON",
         help='Storage options as a JSON object, e.g. \'{"endpoint_url": "http://127.0.0.1:8333"}\'.',
     )(wrapper)
     return click.option(
-        "--storage-option", "storage_option_pairs", multiple=True, metavar="KEY=VALUE",
+        "--storage-option",
+        "storage_option_pairs",
+        multiple=True,
+        metavar="KEY=VALUE",
         help="One storage option (repeatable): endpoint_url=http://127.0.0.1:8333, client_kwargs.region_name=x.",
     )(wrapper)
