@@ -11,6 +11,8 @@ import click
 SUBCOMMAND_MODULES = [
     "energon_arrow.cli.demo",
     "energon_arrow.cli.prepare",
+    "energon_arrow.cli.query",
+    "energon_arrow.cli.info",
 ]
 
 

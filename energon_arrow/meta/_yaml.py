@@ -11,7 +11,8 @@ from energon_arrow.meta.errors import MetaError
 
 def parse_yaml(text: str, where: str):
     try:
-        return yaml.safe_load(text)
+        # libyaml's loader when built in: 10-20x faster on split.yaml files with many exclude entries
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

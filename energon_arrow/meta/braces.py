@@ -17,6 +17,8 @@ _CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?$")
 
 def expand_braces(text: str) -> list[str]:
     """All strings a brace expression stands for, in order (no braces: `[text]`)."""
+    if "{" not in text and "\\" not in text:  # fast path: split.yaml may hold many plain entries
+        return [text]
     return [_unescape(s) for s in _expand(text)]
 
 

@@ -1,0 +1,61 @@
+"""`energon-arrow query DATASET SQL`: read-only SQL over a dataset's index."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from energon_arrow.cli.common import storage_options
+from energon_arrow.cli.main import CliError
+
+
+def write_output(target: str, data: bytes, options: dict) -> None:
+    """Write `data` to a local path or URL atomically (temporary name, then publish)."""
+    from energon_arrow.adapters import open_storage
+
+    parent, _, name = target.rstrip("/").rpartition("/")
+    if not name:
+        raise CliError(f"--output {target!r} names no file")
+    storage = open_storage(parent or os.getcwd(), options)
+    storage.makedirs("")
+    storage.write_atomic(name, data)
+
+
+@click.command("query")
+@click.argument("dataset")
+@click.argument("sql")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "parquet", "arrow"]),
+    default="table",
+    show_default=True,
+    help="Output format (parquet and arrow need --output or a redirected stdout).",
+)
+@click.option(
+    "--output", "-o", default=None, metavar="FILE", help="Write the result here (local path or URL)."
+)
+@click.option("--max-rows", default=50, show_default=True, help="Rows shown by --format table.")
+@click.option("--no-verify", is_flag=True, help="Skip comparing shard sizes/mtimes/ETags with the index.")
+@click.option("--split-config", default="split.yaml", show_default=True, help="Split config in .nv-meta/.")
+@storage_options
+def command(dataset, sql, fmt, output, max_rows, no_verify, split_config, storage_options):
+    """Run read-only DuckDB SQL over DATASET's views: samples, parts, shards, sample_parts, part_types, splits,
+    excluded, split_samples. Example: energon-arrow query /data/ds "SELECT shard_id, count(*) FROM samples
+    GROUP BY ALL"."""
+    from energon_arrow.query import open_dataset
+    from energon_arrow.query.export import BINARY_FORMATS, render
+
+    if fmt in BINARY_FORMATS and output is None and sys.stdout.isatty():
+        raise CliError(f"--format {fmt} writes binary data: give --output FILE or redirect stdout")
+    with open_dataset(dataset, storage_options, verify=not no_verify, split_config=split_config) as ds:
+        table = ds.sql(sql).arrow()
+    data = render(table, fmt, max_rows=max_rows)
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    write_output(output, data, storage_options)
+    click.echo(f"wrote {table.num_rows:,} rows ({fmt}, {len(data):,} bytes) to {output}", err=True)
