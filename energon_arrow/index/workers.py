@@ -16,11 +16,10 @@ import os
 from collections import deque
 from collections.abc import Iterator
 
-import energon_arrow.tar as tar_pkg
 from energon_arrow.adapters.errors import classify
 from energon_arrow.index.sqlite_writer import scratch_writer
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
-from energon_arrow.tar import TarFormatError, index_bytes, index_shard
+from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
 
 
@@ -65,48 +64,39 @@ def _process_pool(workers: int):
     return cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
 
 
-def index_data(data: bytes, url: str, shard_id: int, scratch: str | None) -> ShardIndex | TarFormatError:
-    """Index a shard held in memory (in a CPU worker process); rows go to that process's scratch database."""
-    try:
-        result = index_bytes(data, url)
-    except TarFormatError as exc:
-        return exc
-    if scratch is not None:
-        scratch_writer(scratch).add(shard_id, result)
-    return result
-
-
-def _fetch(storage, rel: str, size: int, shard_id: int, scratch: str | None, cpu_pool):
-    """Object stores, in a download thread: one GET for the whole shard, then the CPU work goes to a process
-    (the header walk and row binding would otherwise hold the GIL the async S3 client needs). Shards above
-    WHOLE_READ_LIMIT are streamed and indexed in this thread."""
-    if cpu_pool is None or not 0 < size <= tar_pkg.WHOLE_READ_LIMIT:
-        return index_one(storage, rel, size, False, shard_id, scratch)
-    data = storage.read_range(rel, 0, size)
-    return cpu_pool.submit(index_data, data, storage.url_of(rel), shard_id, scratch)
-
-
 class _RemoteIndexFiles:
-    """`.tar.idx` uploads of an object store, sent in batches of concurrent PUTs (one PUT per file)."""
+    """`.tar.idx` uploads of an object store: batches of concurrent PUTs (one PUT per file), sent in the
+    background while shards are still being read; `finish()` waits for all of them (and raises their errors)."""
 
-    def __init__(self, storage, batch: int = 64):
+    def __init__(self, storage, batch: int = 16):
         self.storage = storage
         self.batch = batch
         self.pending: dict[str, bytes] = {}
+        self._uploader = cf.ThreadPoolExecutor(1, thread_name_prefix="ea-tar-idx")
+        self._sent: list[cf.Future] = []
 
     def add(self, rel: str, offsets) -> None:
         self.pending[self.storage.path_of(tar_index_name(rel))] = tar_index_bytes(offsets)
         if len(self.pending) >= self.batch:
-            self.flush()
+            self._sent.append(self._uploader.submit(self._put, self.pending))
+            self.pending = {}
 
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        items, self.pending = self.pending, {}
+    def _put(self, items: dict[str, bytes]) -> None:
         try:
             self.storage.fs.pipe(items)
         except Exception as exc:  # noqa: BLE001 - classified into a StorageError naming the URL
             raise classify(exc, self.storage.url_of(next(iter(items)).rsplit("/", 1)[0])) from None
+
+    def finish(self) -> None:
+        if self.pending:
+            self._put(self.pending)
+            self.pending = {}
+        for fut in self._sent:
+            fut.result()
+        self._sent = []
+
+    def close(self) -> None:
+        self._uploader.shutdown(wait=True)
 
 
 def index_shards(
@@ -128,18 +118,16 @@ def index_shards(
         return
     window = max(2, 4 * num_workers)  # bounded look-ahead: results are consumed in order
     remote_idx = _RemoteIndexFiles(storage) if write_tar_idx and not storage.is_local else None
-    cpu_pool = None
     if storage.is_local:
         pool = _process_pool(num_workers) if _can_fork() else cf.ThreadPoolExecutor(num_workers)
 
         def submit(i, rel, size):
             return pool.submit(index_one, storage, rel, size, write_tar_idx, ids[i], scratch)
-    else:
+    else:  # threads: concurrent GETs on the shared async client (forked CPU workers measured slower)
         pool = cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-fetch")
-        cpu_pool = _process_pool(max(1, min(num_workers, os.cpu_count() or 1))) if _can_fork() else None
 
         def submit(i, rel, size):
-            return pool.submit(_fetch, storage, rel, size, ids[i], scratch, cpu_pool)
+            return pool.submit(index_one, storage, rel, size, False, ids[i], scratch)
 
     pending: deque = deque()
     try:
@@ -151,8 +139,6 @@ def index_shards(
         while pending:
             i, fut = pending.popleft()
             result = fut.result()
-            if isinstance(result, cf.Future):
-                result = result.result()
             nxt = next(it, None)
             if nxt is not None:
                 j, (rel, size) = nxt
@@ -161,14 +147,14 @@ def index_shards(
                 if not isinstance(result, TarFormatError):
                     remote_idx.add(shards[i][0], result.tar_index())
                 if not pending:  # the last shard: upload before the consumer may close the generator
-                    remote_idx.flush()
+                    remote_idx.finish()
             yield i, result
     finally:
         for _, fut in pending:
             fut.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
-        if cpu_pool is not None:
-            cpu_pool.shutdown(wait=True, cancel_futures=True)
+        if remote_idx is not None:
+            remote_idx.close()
 
 
 def default_workers() -> int:
