@@ -116,31 +116,8 @@ class SideIndexWriter:
                 w.close()
 
 
-def _mask(values: np.ndarray) -> pa.Array:
-    return pa.Array.from_buffers(
-        pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))]
-    )
-
-
 def _read(path) -> pa.Table:
     return pq.ParquetFile(path).read()  # pq.read_table would import pandas
-
-
-def drop_side_shards(paths: dict[str, str], drop: set[str]) -> None:
-    """Rewrite closed side-index files without the shards whose path is in `drop`, renumbering shard ids."""
-    files = {name: paths[rel] for name, rel in SIDE_INDEX_NAMES.items()}
-    shards = _read(files["shards"])
-    keep = np.array([p not in drop for p in shards.column("path").to_pylist()])
-    old_ids = ints_to_numpy(shards.column("shard_id"))
-    remap = np.full(int(old_ids.max()) + 1 if len(old_ids) else 0, -1, dtype=np.int32)
-    remap[old_ids[keep]] = np.arange(int(keep.sum()), dtype=np.int32)
-    shards = shards.filter(_mask(keep)).set_column(0, "shard_id", from_numpy(remap[old_ids[keep]], np.int32))
-    pq.write_table(shards, files["shards"], compression="zstd")
-    for name in ("samples", "parts"):
-        table = _read(files[name])
-        new_ids = remap[ints_to_numpy(table.column("shard_id"))]
-        table = table.set_column(0, "shard_id", from_numpy(new_ids, np.int32)).filter(_mask(new_ids >= 0))
-        pq.write_table(table, files[name], compression="zstd")
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from energon_arrow.adapters.errors import classify
-from energon_arrow.index.sqlite_writer import scratch_writer
+from energon_arrow.index.sqlite_writer import write_shard_rows
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
@@ -33,8 +33,13 @@ def index_one(
     if write_tar_idx:
         write_tar_index(storage, rel, result.tar_index())
     if scratch is not None:
-        scratch_writer(scratch).add(shard_id, result)
+        write_shard_rows(scratch_path(scratch, shard_id), result)
     return result
+
+
+def scratch_path(folder: str, shard_id: int) -> str:
+    """Where the rows of shard `shard_id` wait for the merge into index.sqlite."""
+    return os.path.join(folder, f"shard-{shard_id}.sqlite")
 
 
 def write_tar_index(storage, rel: str, offsets) -> None:
@@ -107,8 +112,7 @@ def index_shards(
     shard_ids: list[int] | None = None,
     scratch: str | None = None,
 ) -> Iterator[tuple[int, ShardIndex | TarFormatError]]:
-    """With `scratch`, each shard's rows also go to the indexing process's scratch database (`sqlite_writer`)
-    under `shard_ids[i]`."""
+    """With `scratch`, each shard's rows also go to a scratch database `scratch_path(scratch, shard_ids[i])`."""
     if not shards:
         return
     ids = shard_ids if shard_ids is not None else list(range(len(shards)))
