@@ -1,9 +1,9 @@
 """`prepare_dataset`: index a WebDataset folder (local or object store) into energon's `.nv-meta` + side indexes.
 
 Steps: discover shards (`discover.py`); reuse the rows of shards whose identity (size, mtime, ETag) matches the
-previous side index unless `force` (incremental prepare); index the others in parallel (`workers.py`: `.tar.idx`
-and a scratch database of rows per shard); merge the rows into `index.sqlite` and stream the Parquet side
-indexes as shards complete, in shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end
+previous side index unless `force` (incremental prepare); index the others in parallel (`workers.py`, which also
+writes each shard's `.tar.idx`); insert the rows into `index.sqlite` and stream the Parquet side indexes as shards
+complete, in shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end
 (`Storage.publish_folder`). Everything is built in a private temporary folder, so an error or an interrupt
 leaves the previous `.nv-meta` as it was.
 
@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 from energon_arrow.adapters import open_storage
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.side_index import SideIndexWriter, read_side_index
-from energon_arrow.index.sqlite_writer import DuplicateKeyError, IndexSqliteBuilder, write_shard_rows
-from energon_arrow.index.workers import default_workers, index_shards, scratch_path, write_tar_index
+from energon_arrow.index.sqlite_writer import DuplicateKeyError, IndexSqliteBuilder
+from energon_arrow.index.workers import default_workers, index_shards, write_tar_index
 from energon_arrow.meta import (
     DATASET_YAML,
     INDEX_SQLITE,
@@ -211,27 +211,19 @@ def prepare_dataset(
     if progress is not None:
         progress.start(len(shards), sum(f.size for f in shards))
     build = _build_dir(storage, options.tmp_path)
-    scratch = os.path.join(build, "scratch")
-    os.makedirs(scratch)
     side = scanned = sqlite = None
-    positions = {f.path: pos for pos, f in enumerate(shards)}
     try:
         sqlite = IndexSqliteBuilder(os.path.join(build, INDEX_SQLITE))
         side = SideIndexWriter(build)
-        if indexer is None:
-            ids = [positions[path] for path, _ in to_index]
-            scanned = index_shards(storage, to_index, workers, shard_ids=ids, scratch=scratch)
-        else:
-            scanned = indexer(storage, to_index, workers)
+        scanned = (indexer or index_shards)(storage, to_index, workers)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
-        for pos, f in enumerate(shards):
+        for f in shards:
             if reuse[f.path]:
                 index = previous.shard_rows(f.path)
                 result.reused += 1
                 if files.get(tar_index_name(f.path)) != 8 * (index.sample_count + 1):
                     write_tar_index(storage, f.path, index.tar_index())
-                write_shard_rows(scratch_path(scratch, pos), index)
             else:
                 _, index = next(scanned)
                 result.indexed += 1
@@ -240,10 +232,8 @@ def prepare_dataset(
                         raise index
                     result.bad_shards.append(BadShard(f.path, str(index)))
                     continue
-                if indexer is not None:
-                    write_shard_rows(scratch_path(scratch, pos), index)
             try:
-                sqlite.add_shard(len(counts), f.path, scratch_path(scratch, pos))
+                sqlite.add_shard(len(counts), f.path, index)
             except DuplicateKeyError as exc:
                 if not options.skip_bad_shards:
                     raise

@@ -1,7 +1,7 @@
 """Indexing many shards at once: forked processes for local shards; for object stores, download threads (one GET
 per shard) feeding forked CPU processes.
 
-`index_shards(storage, shards, num_workers, write_tar_idx=True, shard_ids=None, scratch=None)` yields
+`index_shards(storage, shards, num_workers, write_tar_idx=True)` yields
 `(position, ShardIndex | TarFormatError)` in input order. Each good shard's `.tar.idx` is written next to it:
 locally by the worker that read it (temporary name, then rename), on object stores in batches of concurrent PUTs.
 Storage errors other than bad tar content propagate.
@@ -17,29 +17,19 @@ from collections import deque
 from collections.abc import Iterator
 
 from energon_arrow.adapters.errors import classify
-from energon_arrow.index.sqlite_writer import write_shard_rows
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
 
 
-def index_one(
-    storage, rel: str, size: int, write_tar_idx: bool, shard_id: int, scratch: str | None
-) -> ShardIndex | TarFormatError:
+def index_one(storage, rel: str, size: int, write_tar_idx: bool) -> ShardIndex | TarFormatError:
     try:
         result = index_shard(storage, rel, size)
     except TarFormatError as exc:
         return exc
     if write_tar_idx:
         write_tar_index(storage, rel, result.tar_index())
-    if scratch is not None:
-        write_shard_rows(scratch_path(scratch, shard_id), result)
     return result
-
-
-def scratch_path(folder: str, shard_id: int) -> str:
-    """Where the rows of shard `shard_id` wait for the merge into index.sqlite."""
-    return os.path.join(folder, f"shard-{shard_id}.sqlite")
 
 
 def write_tar_index(storage, rel: str, offsets) -> None:
@@ -109,16 +99,12 @@ def index_shards(
     shards: list[tuple[str, int]],
     num_workers: int,
     write_tar_idx: bool = True,
-    shard_ids: list[int] | None = None,
-    scratch: str | None = None,
 ) -> Iterator[tuple[int, ShardIndex | TarFormatError]]:
-    """With `scratch`, each shard's rows also go to a scratch database `scratch_path(scratch, shard_ids[i])`."""
     if not shards:
         return
-    ids = shard_ids if shard_ids is not None else list(range(len(shards)))
     if num_workers <= 1 and storage.is_local:  # in-process
         for i, (rel, size) in enumerate(shards):
-            yield i, index_one(storage, rel, size, write_tar_idx, ids[i], scratch)
+            yield i, index_one(storage, rel, size, write_tar_idx)
         return
     window = max(2, 4 * num_workers)  # bounded look-ahead: results are consumed in order
     remote_idx = _RemoteIndexFiles(storage) if write_tar_idx and not storage.is_local else None
@@ -126,12 +112,12 @@ def index_shards(
         pool = _process_pool(num_workers) if _can_fork() else cf.ThreadPoolExecutor(num_workers)
 
         def submit(i, rel, size):
-            return pool.submit(index_one, storage, rel, size, write_tar_idx, ids[i], scratch)
+            return pool.submit(index_one, storage, rel, size, write_tar_idx)
     else:  # threads: concurrent GETs on the shared async client (forked CPU workers measured slower)
         pool = cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-fetch")
 
         def submit(i, rel, size):
-            return pool.submit(index_one, storage, rel, size, False, ids[i], scratch)
+            return pool.submit(index_one, storage, rel, size, False)
 
     pending: deque = deque()
     try:
