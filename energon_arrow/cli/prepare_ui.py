@@ -130,10 +130,11 @@ def echo_summary(result, as_json: bool) -> None:
         click.echo(f"skipped bad shard: {bad.error}", err=True)
     rate = result.samples / result.seconds if result.seconds else 0.0
     parts = ", ".join(f"{k}: {v:,}" for k, v in result.part_types.items())
+    parts = f" ({parts})" if parts else ""
     click.echo(
         f"Prepared {result.root}: {result.shards:,} shards ({result.indexed:,} indexed, {result.reused:,} unchanged, "
         f"{result.removed:,} removed, {len(result.bad_shards):,} bad), {result.samples:,} samples, "
-        f"{result.parts:,} parts ({parts}), {result.bytes / 2**20:,.1f} MiB in {result.seconds:.2f} s "
+        f"{result.parts:,} parts{parts}, {result.bytes / 2**20:,.1f} MiB in {result.seconds:.2f} s "
         f"({rate:,.0f} samples/s)"
     )
     if result.splits:
