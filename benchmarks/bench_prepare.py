@@ -64,8 +64,11 @@ def _local(args) -> Comparison:
         ours=ours,
         reference=ref,
         target=10.0,
-        notes={"samples": shards * samples, "ours_cmd": "energon-arrow prepare --num-workers 2",
-               "reference_cmd": "energon prepare --num-workers 2"},
+        notes={
+            "samples": shards * samples,
+            "ours_cmd": "energon-arrow prepare --num-workers 2",
+            "reference_cmd": "energon prepare --num-workers 2",
+        },
     )
 
 
@@ -98,8 +101,11 @@ def _s3(args) -> Comparison:
 
         def prepare() -> float:
             t0 = time.perf_counter()
-            prepare_dataset(url, PrepareOptions(split_ratio=parse_split_ratio("8,1,1"), force=True, num_workers=4),
-                            storage_options=server.storage_options)
+            prepare_dataset(
+                url,
+                PrepareOptions(split_ratio=parse_split_ratio("8,1,1"), force=True, num_workers=4),
+                storage_options=server.storage_options,
+            )
             return total / (time.perf_counter() - t0) / 2**20
 
         ours, ref = alternate(prepare, sequential_read, 1 if args.quick else args.repeats)

@@ -49,14 +49,24 @@ class Comparison:
 
     def to_json(self) -> dict:
         d = asdict(self)
-        d.update(ours_median=self.ours_median, reference_median=self.reference_median, ratio=self.ratio,
-                 meets_target=self.meets_target)
+        d.update(
+            ours_median=self.ours_median,
+            reference_median=self.reference_median,
+            ratio=self.ratio,
+            meets_target=self.meets_target,
+        )
         return d
 
     def line(self) -> str:
-        target = "" if self.target is None else f" (target {self.target:g}x: {'met' if self.meets_target else 'MISSED'})"
-        return (f"{self.name}: ours {self.ours_median:.4g} {self.unit}, reference {self.reference_median:.4g} "
-                f"{self.unit}, ratio {self.ratio:.2f}x{target}")
+        target = (
+            ""
+            if self.target is None
+            else f" (target {self.target:g}x: {'met' if self.meets_target else 'MISSED'})"
+        )
+        return (
+            f"{self.name}: ours {self.ours_median:.4g} {self.unit}, reference {self.reference_median:.4g} "
+            f"{self.unit}, ratio {self.ratio:.2f}x{target}"
+        )
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -65,7 +75,9 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def alternate(ours: Callable[[], float], reference: Callable[[], float], repeats: int) -> tuple[list[float], list[float]]:
+def alternate(
+    ours: Callable[[], float], reference: Callable[[], float], repeats: int
+) -> tuple[list[float], list[float]]:
     """Run both sides `repeats` times, alternating which goes first, so drift hits both equally.
     Each callable returns its measurement (seconds or a throughput)."""
     a, b = [], []
@@ -85,7 +97,11 @@ def write_results(name: str, comparisons: list[Comparison], extra: dict | None =
     doc = {
         "benchmark": name,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
         "comparisons": [c.to_json() for c in comparisons],
         **(extra or {}),
     }

@@ -12,7 +12,9 @@ from benchmarks.harness import write_results
 
 def available() -> list[str]:
     here = os.path.dirname(__file__)
-    return sorted(f[len("bench_") : -3] for f in os.listdir(here) if f.startswith("bench_") and f.endswith(".py"))
+    return sorted(
+        f[len("bench_") : -3] for f in os.listdir(here) if f.startswith("bench_") and f.endswith(".py")
+    )
 
 
 def main(argv=None) -> int:

@@ -9,9 +9,15 @@ class StorageError(OSError):
     """An I/O failure on a storage URL. The message always names the URL (never credentials)."""
 
     def __init__(self, url: str, message: str):
+        from energon_arrow.adapters.options import scrub
+
+        url, message = scrub(url), scrub(message)
         super().__init__(f"{url}: {message}")
         self.url = url
         self.reason = message
+
+    def __reduce__(self):  # picklable across processes (worker errors re-raised in the parent)
+        return (type(self), (self.url, self.reason))
 
 
 class NotFound(StorageError, FileNotFoundError):
@@ -72,25 +78,29 @@ def _error_code(exc: BaseException) -> str | None:
     return None
 
 
+_NETWORK_ERRORS = {
+    "ConnectionError",  # builtin base of resets/aborts/refusals, and botocore's
+    "HTTPClientError",  # botocore: EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ...
+    "ServerDisconnectedError",
+    "ClientOSError",
+    "ClientPayloadError",
+    "IncompleteReadError",
+    "IncompleteRead",  # http.client
+    "RemoteDisconnected",
+    "ResponseStreamingError",
+    "ResponseParserError",  # throttling responses with broken XML
+    "TimeoutError",
+    "FSTimeoutError",
+}
+
+
 def _is_transient_network(exc: BaseException) -> bool:
-    names = {type(e).__name__ for e in _chain(exc)}
-    network = {
-        "ConnectionResetError",
-        "ConnectionAbortedError",
-        "ServerDisconnectedError",
-        "ClientOSError",
-        "ClientPayloadError",
-        "EndpointConnectionError",
-        "ConnectionClosedError",
-        "ReadTimeoutError",
-        "ConnectTimeoutError",
-        "IncompleteReadError",
-        "ResponseStreamingError",
-        "TimeoutError",
-    }
-    if names & network:
-        return True
-    return any(isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS for e in _chain(exc))
+    for e in _chain(exc):
+        if {k.__name__ for k in type(e).__mro__} & _NETWORK_ERRORS:
+            return True
+        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
+            return True
+    return False
 
 
 def _chain(exc: BaseException):
@@ -108,6 +118,11 @@ def classify(exc: BaseException, url: str) -> StorageError:
         return exc
     code = _error_code(exc)
     detail = _describe(exc)
+    names = {type(e).__name__ for e in _chain(exc)}
+    if names & {"NoCredentialsError", "PartialCredentialsError"}:
+        return AccessDenied(url, f"no usable S3 credentials ({detail})")
+    if names & {"ProfileNotFound", "InvalidConfigError", "ParamValidationError"}:
+        return InvalidStorageOptions(url, detail)
     if isinstance(exc, FileNotFoundError) or code in _MISSING_CODES:
         return NotFound(url, f"not found ({detail})")
     if isinstance(exc, PermissionError) or code in _DENIED_CODES:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import inspect
+import json
+import logging
+import os
 import threading
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +22,9 @@ SECRET_KEYS = frozenset(
 # inherit the table; a spawned process falls back to the standard AWS environment/profile.
 _SECRETS: dict[str, dict[str, Any]] = {}
 _SECRETS_LOCK = threading.Lock()
+# a lock held by another thread at fork() would stay held forever in the child: give the child fresh ones
+_WARNED: set[str] = set()
+_HANDLE_KEY = os.urandom(32)  # handles are keyed hashes: they reveal nothing about the credentials
 
 
 def split_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -32,19 +39,104 @@ def split_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 def stash_secrets(secret: dict[str, Any]) -> str | None:
+    """Keep `secret` in this process; return an opaque handle (equal credentials share one entry)."""
     if not secret:
         return None
-    handle = uuid.uuid4().hex
+    canonical = json.dumps(secret, sort_keys=True, default=str).encode()
+    handle = hmac.new(_HANDLE_KEY, canonical, hashlib.sha256).hexdigest()[:32]
     with _SECRETS_LOCK:
         _SECRETS[handle] = secret
+    _guard_library_logs()
     return handle
+
+
+_LOGGER_PREFIXES = (
+    "botocore",
+    "aiobotocore",
+    "boto3",
+    "s3fs",
+    "fsspec",
+    "urllib3",
+    "aiohttp",
+    "energon_arrow",
+)
+_guard_lock = threading.Lock()
+# a lock held by another thread at fork() would stay held forever in the child: give the child fresh ones
+os.register_at_fork(
+    after_in_child=lambda: globals().update(_SECRETS_LOCK=threading.Lock(), _guard_lock=threading.Lock())
+)
+_guarded = False
+
+
+def _guard_library_logs() -> None:
+    """Scrub credential values from every log record of the storage libraries (their DEBUG output shows request
+    headers). A record factory sees records of loggers created later too, unlike per-logger filters."""
+    global _guarded
+    with _guard_lock:
+        if _guarded:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args, **kwargs):
+            record = previous(*args, **kwargs)
+            if record.name.split(".", 1)[0] in _LOGGER_PREFIXES:
+                message = record.getMessage()
+                clean = scrub(message)
+                if clean != message:
+                    record.msg, record.args = clean, None
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _guarded = True
 
 
 def recall_secrets(handle: str | None) -> dict[str, Any]:
     if handle is None:
         return {}
     with _SECRETS_LOCK:
-        return dict(_SECRETS.get(handle, {}))
+        found = _SECRETS.get(handle)
+    if found is None:
+        if handle not in _WARNED:
+            _WARNED.add(handle)
+            logging.getLogger("energon_arrow").warning(
+                "storage credentials given as options in another process are not available here (a spawned "
+                "worker): using the AWS environment / profile instead"
+            )
+        return {}
+    return dict(found)
+
+
+def secret_values() -> list[str]:
+    """Every credential value held by this process (for scrubbing messages), longest first."""
+    with _SECRETS_LOCK:
+        tables = list(_SECRETS.values())
+    values = set()
+    for table in tables:
+        for k, v in table.items():
+            if k == "client_kwargs" and isinstance(v, Mapping):
+                values.update(str(x) for x in v.values())
+            elif v is not None:
+                values.add(str(v))
+    return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
+
+
+def scrub(text: str, extra: Mapping[str, Any] | None = None) -> str:
+    """`text` with every known credential value (and the secret values of `extra` options) replaced by ***."""
+    values = secret_values()
+    if extra:
+        values += [
+            str(v) for k, v in split_secrets(extra)[1].items() if k != "client_kwargs" and v is not None
+        ]
+    for v in values:
+        if len(v) >= 4:
+            text = text.replace(v, "***")
+    return text
+
+
+def redact(exc: BaseException, options: Mapping[str, Any] | None = None) -> str:
+    """A one-line description of `exc` without credentials."""
+    text = str(exc) or type(exc).__name__
+    return scrub(f"{type(exc).__name__}: {text}", options)
 
 
 def merge_options(public: Mapping[str, Any], secret: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,8 +168,20 @@ def normalise_s3_options(options: Mapping[str, Any], url: str) -> dict[str, Any]
         raise InvalidStorageOptions(
             url, f"endpoint_url must be a URL like http://host:port, got {endpoint!r}"
         )
-    if "client_kwargs" in out and not isinstance(out["client_kwargs"], Mapping):
-        raise InvalidStorageOptions(url, "client_kwargs must be a mapping")
+    for name in ("client_kwargs", "config_kwargs", "s3_additional_kwargs"):
+        if name in out and not isinstance(out[name], Mapping):
+            raise InvalidStorageOptions(url, f"{name} must be a mapping, got {type(out[name]).__name__}")
+    for name in ("key", "secret", "token", "profile"):
+        if out.get(name) is not None and not isinstance(out[name], str):
+            raise InvalidStorageOptions(url, f"{name} must be a string, got {type(out[name]).__name__}")
+    if ("key" in out) != ("secret" in out):
+        raise InvalidStorageOptions(url, "give both key and secret (aws_access_key_id/aws_secret_access_key)")
+    # botocore retries inside each call would multiply with energon-arrow's RetryPolicy: one attempt there
+    # fresh metadata: another process may replace a shard between two stats (identity checks depend on it)
+    out.setdefault("use_listings_cache", False)
+    config = dict(out.get("config_kwargs") or {})
+    config.setdefault("retries", {"total_max_attempts": 1})
+    out["config_kwargs"] = config
     allowed = _accepted_kwargs(s3fs.S3FileSystem)
     unknown = sorted(set(out) - allowed)
     if unknown:

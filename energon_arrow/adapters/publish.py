@@ -7,11 +7,13 @@ import ctypes
 import ctypes.util
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Mapping
 
-from energon_arrow.adapters.errors import classify
+from energon_arrow.adapters.errors import StorageError, classify
 
+STALE_STAGING_S = 24 * 3600  # no publish takes a day: older staging folders were abandoned by a crash
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -29,6 +31,7 @@ def write_atomic(storage, rel: str, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(os.path.dirname(path) or ".")
     except OSError as exc:
         _silent_remove(tmp)
         raise classify(exc, storage.url_of(rel)) from None
@@ -45,6 +48,12 @@ def publish_folder(
     Object stores have no multi-object transaction: each file is one PUT, written in the mapping's order,
     so callers put the file that marks a complete set last.
     """
+    for fname in files:
+        parts = fname.split("/")
+        if not fname or fname.startswith("/") or ".." in parts or "" in parts:
+            raise StorageError(
+                storage.url_of(rel_dir), f"cannot publish {fname!r}: names must be relative paths"
+            )
     if storage.is_local:
         _publish_local(storage, rel_dir, files, keep_existing)
     else:
@@ -57,6 +66,7 @@ def _publish_local(storage, rel_dir, files, keep_existing):
     staging = os.path.join(parent, f".{name}.staging-{uuid.uuid4().hex[:12]}")
     try:
         os.makedirs(parent, exist_ok=True)
+        _remove_abandoned_staging(parent, name)
         if keep_existing and os.path.isdir(target):
             shutil.copytree(
                 target,
@@ -69,6 +79,8 @@ def _publish_local(storage, rel_dir, files, keep_existing):
         for fname, content in files.items():
             dest = os.path.join(staging, fname)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if os.path.lexists(dest):  # a carried-over hard link: never write through it into the old set
+                os.unlink(dest)
             if isinstance(content, (bytes, bytearray, memoryview)):
                 with open(dest, "wb") as f:
                     f.write(content)
@@ -77,9 +89,21 @@ def _publish_local(storage, rel_dir, files, keep_existing):
             else:
                 shutil.move(os.fspath(content), dest)
         _swap_in(staging, target)
+        _fsync_dir(parent)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise classify(exc, storage.url_of(rel_dir)) from None
+
+
+def _remove_abandoned_staging(parent: str, name: str) -> None:
+    """Staging folders of publishers that died (killed mid-publish) and are older than STALE_STAGING_S."""
+    prefix = f".{name}.staging-"
+    now = time.time()
+    for entry in os.scandir(parent):
+        if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_STAGING_S:
+                    shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _swap_in(staging: str, target: str) -> None:
@@ -116,17 +140,31 @@ def _link_or_copy(src, dst):
 
 def _publish_remote(storage, rel_dir, files, keep_existing):
     prefix = rel_dir.rstrip("/")
+    for fname, content in files.items():  # check every input before the first write
+        if not isinstance(content, (bytes, bytearray, memoryview)) and not os.path.isfile(os.fspath(content)):
+            missing = FileNotFoundError(f"no local file {os.fspath(content)!r} to publish as {fname!r}")
+            raise classify(missing, storage.url_of(f"{prefix}/{fname}"))
     for fname, content in files.items():
+        rel = f"{prefix}/{fname}"
         if isinstance(content, (bytes, bytearray, memoryview)):
-            data = bytes(content)
-        else:
-            with open(os.fspath(content), "rb") as f:
-                data = f.read()
-        write_atomic(storage, f"{prefix}/{fname}", data)
+            write_atomic(storage, rel, bytes(content))
+            continue
+        local = os.fspath(content)
+        # streamed (multipart for large files); the object appears whole when the upload completes
+        storage._call(rel, lambda local=local, rel=rel: storage.fs.put_file(local, storage.path_of(rel)))
+        _silent_remove(local)  # moved in, as on local disk
     if not keep_existing:
         for info in storage.child(prefix).scan("**/*"):
             if info.path not in files:
                 storage.remove(f"{prefix}/{info.path}")
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _silent_remove(path: str) -> None:

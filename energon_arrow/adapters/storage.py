@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,13 +15,12 @@ from energon_arrow.adapters.errors import (
     NotFound,
     NotLocal,
     StorageError,
-    TransientError,
     UnsupportedScheme,
     classify,
 )
-from energon_arrow.adapters.ranges import coalesce_ranges, split_fetched
+from energon_arrow.adapters.fetch import fetch_groups, read_ranges
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
-from energon_arrow.adapters.stream import PrefetchReader
+from energon_arrow.adapters.stream import LocalStream, PrefetchReader
 from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url
 
 
@@ -47,20 +46,39 @@ class Storage:
     transient failures are retried per `retry`. Credentials never appear in repr, errors or pickles.
     """
 
-    # coalescing knobs: ranges closer than `gap` are fetched together; one fetch is at most `max_fetch`
-    range_gap = 64 * 1024
-    max_fetch = 32 * 1024 * 1024
+    # Coalescing (read_ranges): ranges closer than `range_gap` bytes are fetched as one; the starts within one
+    # fetch lie within `max_fetch` bytes. Remote stores: 1 MiB gap (reading 1 MiB costs less than one more
+    # request's latency; the same default as Rust's object_store), 8 MiB fetches fetched in parallel.
+    # Local files: 64 KiB, 32 MiB. Both are instance attributes that callers may change.
+    LOCAL_COALESCING = (64 * 1024, 32 * 1024 * 1024)
+    REMOTE_COALESCING = (1024 * 1024, 8 * 1024 * 1024)
+    # S3 byte ranges through the lean direct client (adapters.s3direct) when the options allow it
+    use_direct_reads = True
 
     def __init__(
         self, url, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None
     ):
         self._parsed = parse_url(url)
+        head = self._parsed.path.lstrip("/").split("/", 1)
+        if not self.is_local and "@" in head[0]:  # s3://KEY:SECRET@bucket/...: never echo it back
+            shown = f"{self.protocol}://***@" + "/".join([head[0].rsplit("@", 1)[1], *head[1:]])
+            raise opts.InvalidStorageOptions(
+                shown, "credentials in the URL are not supported: pass them as storage options"
+            )
         self.retry = retry or RetryPolicy()
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise opts.InvalidStorageOptions(
+                self.url, f"storage options must be a mapping, got {type(storage_options).__name__}"
+            )
         raw = dict(storage_options or {})
         self._public, secret = opts.split_secrets(self._validate(raw))
         self._secret_handle = opts.stash_secrets(secret)
         self._fs = None
         self._fs_pid = None
+        self._direct_client = None
+        self.range_gap, self.max_fetch = (
+            self.LOCAL_COALESCING if self.is_local or self.protocol == "memory" else self.REMOTE_COALESCING
+        )
         _ = self.fs  # construct now so that bad options fail at open time
 
     # ---- construction -------------------------------------------------------------------------------------
@@ -96,13 +114,35 @@ class Storage:
         if self._fs is None or self._fs_pid != pid:
             options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
             try:
-                self._fs = self._fs_class()(skip_instance_cache=self._fs_pid is not None, **options)
+                fs = self._fs_class()(skip_instance_cache=self._fs_pid is not None, **options)
             except StorageError:
                 raise
             except Exception as exc:
-                raise opts.InvalidStorageOptions(self.url, f"cannot create filesystem: {exc}") from None
-            self._fs_pid = pid
+                raise opts.InvalidStorageOptions(
+                    self.url, f"cannot create filesystem: {opts.redact(exc, options)}"
+                ) from None
+            if self.protocol == "s3":
+                fs.retries = 1  # s3fs's own retry loop: energon-arrow's RetryPolicy is the only one
+            self._fs, self._fs_pid, self._direct_client = fs, pid, None
         return self._fs
+
+    @property
+    def _direct(self):
+        """The direct ranged-GET client (adapters.s3direct) where the options allow one, else None."""
+        _ = self.fs  # resets the client after a fork
+        if self.protocol != "s3" or not self.use_direct_reads:
+            return None
+        if self._direct_client is None:
+            from energon_arrow.adapters.s3direct import direct_client_for
+
+            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+            try:
+                self._direct_client = direct_client_for(options) or False
+            except Exception as exc:
+                raise opts.InvalidStorageOptions(
+                    self.url, f"cannot set up S3 access: {opts.redact(exc, options)}"
+                ) from None
+        return self._direct_client or None
 
     def __getstate__(self):
         return {
@@ -110,6 +150,8 @@ class Storage:
             "public": self._public,
             "credentials_handle": self._secret_handle,
             "retry": self.retry,
+            "coalescing": (self.range_gap, self.max_fetch),
+            "direct_reads": self.use_direct_reads,
         }
 
     def __setstate__(self, state):
@@ -117,8 +159,11 @@ class Storage:
         self._public = state["public"]
         self._secret_handle = state["credentials_handle"]
         self.retry = state["retry"]
+        self.range_gap, self.max_fetch = state["coalescing"]
+        self.use_direct_reads = state["direct_reads"]
         self._fs = None
         self._fs_pid = None
+        self._direct_client = None
 
     def __repr__(self):
         endpoint = self._public.get("endpoint_url")
@@ -212,10 +257,8 @@ class Storage:
         root = self.path_of("").rstrip("/")
         if self.is_local:
             return self._scan_local(root, regex)
-        try:
-            found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))
-        except NotFound:
-            return []
+        # a missing bucket is NotFound; a missing prefix in a bucket lists as empty
+        found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))
         out = []
         for path, info in found.items():
             rel = path[len(root) :].lstrip("/") if path.startswith(root) else path
@@ -250,6 +293,9 @@ class Storage:
                     return f.read()
             except OSError as exc:
                 raise classify(exc, self.url_of(rel)) from None
+        direct = self._direct
+        if direct is not None:
+            return self._call(rel, lambda: direct.get(*self.path_of(rel).split("/", 1)))
         return self._call(rel, lambda: self.fs.cat_file(self.path_of(rel)))
 
     def read_text(self, rel: str, encoding: str = "utf-8") -> str:
@@ -260,115 +306,30 @@ class Storage:
             raise StorageError(self.url_of(rel), f"not valid {encoding} at byte offset {exc.start}") from None
 
     def read_range(self, rel: str, offset: int, size: int) -> bytes:
-        """Exactly `size` bytes at `offset`; EOFError-class StorageError if the file is shorter."""
+        """Exactly `size` bytes at `offset`; a StorageError naming the URL and offset if the file is shorter."""
+        return bytes(self._read_range_buffer(rel, offset, size))
+
+    def _read_range_buffer(self, rel: str, offset: int, size: int):
+        """read_range without the final copy: bytes or bytearray."""
         if size == 0:
             return b""
-        if self.is_local:
-            try:
-                fd = os.open(self.path_of(rel), os.O_RDONLY)
-                try:
-                    data = os.pread(fd, size, offset)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                raise classify(exc, self.url_of(rel)) from None
-        else:
-            path = self.path_of(rel)
-            data = self._call(rel, lambda: self.fs.cat_file(path, start=offset, end=offset + size))
-        if len(data) != size:
-            raise StorageError(
-                self.url_of(rel), f"short read: wanted {size} bytes at offset {offset}, got {len(data)}"
-            )
-        return data
+        return fetch_groups(self, [rel], [offset], [offset + size])[0]
 
     def read_ranges(self, rels: str | Sequence[str], offsets, sizes) -> list[memoryview]:
         """Many ranges at once, results in request order. Nearby ranges of a file are coalesced into one
         fetch; remote fetches run concurrently. `rels` is one path for all ranges, or one path per range."""
-        offsets = np.asarray(offsets, np.int64)
-        sizes = np.asarray(sizes, np.int64)
-        n = offsets.size
-        if isinstance(rels, str):
-            return self._read_ranges_one(rels, offsets, sizes)
-        if len(rels) != n:
-            raise ValueError(f"read_ranges: {len(rels)} paths for {n} ranges")
-        out: list[memoryview | None] = [None] * n
-        names, inverse = np.unique(np.asarray(rels, dtype=object), return_inverse=True)
-        if not self.is_local and len(names) > 1:
-            return self._read_ranges_multi(list(names), inverse, offsets, sizes)
-        for k, name in enumerate(names):
-            idx = np.flatnonzero(inverse == k)
-            for i, view in zip(idx.tolist(), self._read_ranges_one(name, offsets[idx], sizes[idx])):
-                out[i] = view
-        return out  # type: ignore[return-value]
-
-    def _read_ranges_one(self, rel: str, offsets, sizes) -> list[memoryview]:
-        plan = coalesce_ranges(offsets, sizes, self.range_gap, self.max_fetch)
-        fetched = self._fetch_groups([rel] * plan.starts.size, plan.starts, plan.ends)
-        return split_fetched(fetched, plan, sizes)
-
-    def _read_ranges_multi(self, names, inverse, offsets, sizes) -> list[memoryview]:
-        plans, fetch_rels, fetch_starts, fetch_ends, base = [], [], [], [], []
-        for k, name in enumerate(names):
-            idx = np.flatnonzero(inverse == k)
-            plan = coalesce_ranges(offsets[idx], sizes[idx], self.range_gap, self.max_fetch)
-            plans.append((idx, plan))
-            base.append(len(fetch_rels))
-            fetch_rels += [name] * plan.starts.size
-            fetch_starts.append(plan.starts)
-            fetch_ends.append(plan.ends)
-        fetched = self._fetch_groups(fetch_rels, np.concatenate(fetch_starts), np.concatenate(fetch_ends))
-        out: list[memoryview | None] = [None] * offsets.size
-        for (idx, plan), b in zip(plans, base):
-            views = split_fetched(fetched[b : b + plan.starts.size], plan, sizes[idx])
-            for i, v in zip(idx.tolist(), views):
-                out[i] = v
-        return out  # type: ignore[return-value]
-
-    def _fetch_groups(self, rels: list[str], starts, ends) -> list[bytes]:
-        if self.is_local:
-            return [
-                self.read_range(r, int(s), int(e - s))
-                for r, s, e in zip(rels, starts.tolist(), ends.tolist())
-            ]
-        results: list[Any] = [None] * len(rels)
-        pending = list(range(len(rels)))
-        for attempt in range(self.retry.attempts):
-            paths = [self.path_of(rels[i]) for i in pending]
-            got = self.fs.cat_ranges(
-                paths, [int(starts[i]) for i in pending], [int(ends[i]) for i in pending], on_error="return"
-            )
-            failed = []
-            for i, value in zip(pending, got):
-                if isinstance(value, BaseException):
-                    err = classify(value, self.url_of(rels[i]))
-                    if not isinstance(err, TransientError) or attempt + 1 == self.retry.attempts:
-                        raise err from value
-                    failed.append(i)
-                else:
-                    results[i] = value
-            if not failed:
-                break
-            pending = failed
-            time.sleep(self.retry.delay(attempt))
-        for i, data in enumerate(results):
-            want = int(ends[i] - starts[i])
-            if len(data) != want:
-                raise StorageError(
-                    self.url_of(rels[i]),
-                    f"short read: wanted {want} bytes at offset {int(starts[i])}, got {len(data)}",
-                )
-        return results
+        return read_ranges(self, rels, offsets, sizes)
 
     def open_stream(self, rel: str, block_size: int = 8 * 1024 * 1024, depth: int = 4):
         """A forward-only binary reader. Local: a buffered file. Remote: `depth` blocks fetched ahead."""
         if self.is_local:
             try:
-                return open(self.path_of(rel), "rb", buffering=block_size)
+                return LocalStream(self.path_of(rel), block_size)
             except OSError as exc:
                 raise classify(exc, self.url_of(rel)) from None
         size = self.stat(rel).size
         return PrefetchReader(
-            lambda off, n: self.read_range(rel, off, n), size, block_size, depth, self.url_of(rel)
+            lambda off, n: self._read_range_buffer(rel, off, n), size, block_size, depth, self.url_of(rel)
         )
 
     def iter_chunks(self, rel: str, block_size: int = 8 * 1024 * 1024) -> Iterator[bytes]:
@@ -400,7 +361,23 @@ class Storage:
         self._call(rel, lambda: self.fs.makedirs(self.path_of(rel), exist_ok=True))
 
     def remove(self, rel: str, recursive: bool = False) -> None:
-        self._call(rel, lambda: self.fs.rm(self.path_of(rel), recursive=recursive))
+        """Delete a file (or, with `recursive`, a folder). A file that is already gone is not an error."""
+        path = self.path_of(rel)
+        if not recursive:
+            with contextlib.suppress(NotFound):
+                self._call(rel, lambda: self.fs.rm_file(path))
+            return
+        try:
+            self._call(rel, lambda: self.fs.rm(path, recursive=True))
+        except NotFound:
+            return
+        if not self.is_local:  # s3fs's bulk delete drops per-key errors: check that nothing is left
+            left = self._call(rel, lambda: self.fs.find(path))
+            if left:
+                raise StorageError(
+                    self.url_of(rel),
+                    f"could not delete {len(left)} object(s), e.g. {left[0]!r} (permission denied?)",
+                )
 
     def write_atomic(self, rel: str, data: bytes | str) -> None:
         """Publish one small file: readers see the old content or the new, never a partial file."""

@@ -22,11 +22,7 @@ class ParsedUrl:
     def url(self) -> str:
         if self.is_local:
             return self.path
-        return (
-            f"{self.protocol}://{self.path.lstrip('/')}"
-            if self.protocol != "memory"
-            else f"memory://{self.path}"
-        )
+        return f"{self.protocol}://{self.path.lstrip('/')}"
 
 
 def parse_url(url: str | os.PathLike) -> ParsedUrl:

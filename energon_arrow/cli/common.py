@@ -8,6 +8,21 @@ from collections.abc import Callable
 
 import click
 
+# options that are always strings: a secret like "123" or "1e10" must not turn into a number
+_STRING_OPTIONS = {
+    "key",
+    "secret",
+    "token",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "password",
+    "profile",
+    "endpoint_url",
+    "region_name",
+    "region",
+}
+
 
 def _parse_value(text: str):
     try:
@@ -32,11 +47,18 @@ def parse_storage_options(pairs: tuple[str, ...], as_json: str | None) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--storage-option")
-        target = options
         *parents, leaf = key.split(".")
-        for p in parents:
+        if not all([*parents, leaf]):
+            raise click.BadParameter(f"empty key part in {key!r}", param_hint="--storage-option")
+        target = options
+        for depth, p in enumerate(parents):
             target = target.setdefault(p, {})
-        target[leaf] = _parse_value(value)
+            if not isinstance(target, dict):
+                where = ".".join(parents[: depth + 1])
+                raise click.BadParameter(
+                    f"{where!r} is already set to a value, cannot set {key!r}", param_hint="--storage-option"
+                )
+        target[leaf] = value if leaf in _STRING_OPTIONS else _parse_value(value)
     return options
 
 

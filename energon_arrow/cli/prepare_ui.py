@@ -8,7 +8,6 @@ import click
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     ProgressColumn,
     TextColumn,
@@ -28,6 +27,11 @@ class _SamplesPerSecond(ProgressColumn):
         return Text(f"{rate:,.0f} samples/s", style="progress.data.speed")
 
 
+class _Shards(ProgressColumn):
+    def render(self, task) -> Text:
+        return Text(f"{task.fields.get('shards', 0):,}/{task.fields.get('total_shards', 0):,} shards")
+
+
 class ShardProgress:
     """A rich progress bar over shards; advances by bytes so the ETA follows the data volume."""
 
@@ -35,8 +39,7 @@ class ShardProgress:
         self._progress = Progress(
             TextColumn("indexing"),
             BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("shards"),
+            _Shards(),
             _SamplesPerSecond(),
             TransferSpeedColumn(),
             TimeElapsedColumn(),
@@ -51,13 +54,14 @@ class ShardProgress:
 
     def start(self, shards: int, nbytes: int) -> None:
         self._progress.start()
-        self._task = self._progress.add_task("indexing", total=max(nbytes, 1), samples=0)
-        self._total_shards = shards
+        self._task = self._progress.add_task(
+            "indexing", total=max(nbytes, 1), samples=0, shards=0, total_shards=shards
+        )
 
     def advance(self, path: str, samples: int, nbytes: int) -> None:
         self._shards += 1
         self._samples += samples
-        self._progress.update(self._task, advance=nbytes, samples=self._samples)
+        self._progress.update(self._task, advance=nbytes, samples=self._samples, shards=self._shards)
 
     def stop(self) -> None:
         if self._task is not None:
@@ -126,10 +130,11 @@ def echo_summary(result, as_json: bool) -> None:
         click.echo(f"skipped bad shard: {bad.error}", err=True)
     rate = result.samples / result.seconds if result.seconds else 0.0
     parts = ", ".join(f"{k}: {v:,}" for k, v in result.part_types.items())
+    parts = f" ({parts})" if parts else ""
     click.echo(
         f"Prepared {result.root}: {result.shards:,} shards ({result.indexed:,} indexed, {result.reused:,} unchanged, "
         f"{result.removed:,} removed, {len(result.bad_shards):,} bad), {result.samples:,} samples, "
-        f"{result.parts:,} parts ({parts}), {result.bytes / 2**20:,.1f} MiB in {result.seconds:.2f} s "
+        f"{result.parts:,} parts{parts}, {result.bytes / 2**20:,.1f} MiB in {result.seconds:.2f} s "
         f"({rate:,.0f} samples/s)"
     )
     if result.splits:

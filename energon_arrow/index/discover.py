@@ -1,8 +1,9 @@
 """Finding a dataset's tar shards the way `energon prepare` does.
 
-`discover_shards(storage, exclude=None) -> list[FileInfo]`: every `*.tar` below the root (recursive, `.nv-meta`
-included like energon's glob), ordered like energon's `sorted(Path)` (component-wise), minus those whose relative
-path `re.search`es `exclude`. Shard paths are relative POSIX paths.
+`discover_shards(storage, exclude=None) -> (list[FileInfo], {path: size})`: every `*.tar` and `*.tgz` below the
+root (recursive, like energon's globs; `.tgz` shards are then refused as gzip-compressed), ordered like energon's
+`sorted(Path)` (component-wise), minus those whose relative path `re.search`es `exclude`. Shard paths are
+relative POSIX paths.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def discover_shards(storage, exclude: str | None = None) -> tuple[list[FileInfo]
     """(shards, {path: size} of every file) — the second lets callers check existing `.tar.idx` files cheaply."""
     pattern = compile_exclude(exclude)
     files = storage.scan("**/*")
-    shards = [f for f in files if f.path.endswith(".tar") and not (pattern and pattern.search(f.path))]
+    shards = [
+        f for f in files if f.path.endswith((".tar", ".tgz")) and not (pattern and pattern.search(f.path))
+    ]
     shards.sort(key=lambda f: shard_sort_key(f.path))
     return shards, {f.path: f.size for f in files}

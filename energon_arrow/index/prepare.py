@@ -1,8 +1,8 @@
 """`prepare_dataset`: index a WebDataset folder (local or object store) into energon's `.nv-meta` + side indexes.
 
 Steps: discover shards (`discover.py`); reuse the rows of shards whose identity (size, mtime, ETag) matches the
-previous side index unless `force` (incremental prepare); index the others in parallel (`workers.py`, each
-worker writes its shard's `.tar.idx`); stream rows into `index.sqlite` and the Parquet side indexes as shards
+previous side index unless `force` (incremental prepare); index the others in parallel (`workers.py`, which also
+writes each shard's `.tar.idx`); insert the rows into `index.sqlite` and stream the Parquet side indexes as shards
 complete, in shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end
 (`Storage.publish_folder`). Everything is built in a private temporary folder, so an error or an interrupt
 leaves the previous `.nv-meta` as it was.
@@ -26,14 +26,8 @@ import pyarrow.compute as pc
 
 from energon_arrow.adapters import open_storage
 from energon_arrow.index.discover import discover_shards
-from energon_arrow.index.side_index import SideIndexWriter, drop_side_shards, read_side_index
-from energon_arrow.index.sqlite_writer import (
-    DuplicateKeyError,
-    build_index_sqlite,
-    close_scratch_writers,
-    scratch_files,
-    scratch_writer,
-)
+from energon_arrow.index.side_index import SideIndexWriter, read_side_index
+from energon_arrow.index.sqlite_writer import DuplicateKeyError, IndexSqliteBuilder
 from energon_arrow.index.workers import default_workers, index_shards, write_tar_index
 from energon_arrow.meta import (
     DATASET_YAML,
@@ -217,27 +211,19 @@ def prepare_dataset(
     if progress is not None:
         progress.start(len(shards), sum(f.size for f in shards))
     build = _build_dir(storage, options.tmp_path)
-    scratch = os.path.join(build, "scratch")
-    os.makedirs(scratch)
-    side = scanned = None
-    positions = {f.path: pos for pos, f in enumerate(shards)}
+    side = scanned = sqlite = None
     try:
+        sqlite = IndexSqliteBuilder(os.path.join(build, INDEX_SQLITE))
         side = SideIndexWriter(build)
-        if indexer is None:
-            ids = [positions[path] for path, _ in to_index]
-            scanned = index_shards(storage, to_index, workers, shard_ids=ids, scratch=scratch)
-        else:
-            scanned = indexer(storage, to_index, workers)
+        scanned = (indexer or index_shards)(storage, to_index, workers)
         counts: dict[str, int] = {}
-        shard_parts: dict[str, Counter] = {}
-        id_map: dict[int, int] = {}  # position in `shards` -> tar_file_id
-        for pos, f in enumerate(shards):
+        part_types: Counter = Counter()
+        for f in shards:
             if reuse[f.path]:
                 index = previous.shard_rows(f.path)
                 result.reused += 1
                 if files.get(tar_index_name(f.path)) != 8 * (index.sample_count + 1):
                     write_tar_index(storage, f.path, index.tar_index())
-                scratch_writer(scratch).add(pos, index)
             else:
                 _, index = next(scanned)
                 result.indexed += 1
@@ -246,34 +232,27 @@ def prepare_dataset(
                         raise index
                     result.bad_shards.append(BadShard(f.path, str(index)))
                     continue
-                if indexer is not None:
-                    scratch_writer(scratch).add(pos, index)
-            id_map[pos] = len(counts)
+            try:
+                sqlite.add_shard(len(counts), f.path, index)
+            except DuplicateKeyError as exc:
+                if not options.skip_bad_shards:
+                    raise
+                result.bad_shards.append(BadShard(f.path, str(exc)))
+                continue
             side.add_shard(len(counts), f.path, f.size, f.mtime, f.etag, index)
             counts[f.path] = index.sample_count
-            shard_parts[f.path] = Counter(
-                {row["values"]: row["counts"] for row in pc.value_counts(index.part_names).to_pylist()}
-            )
+            for row in pc.value_counts(index.part_names).to_pylist():
+                part_types[row["values"]] += row["counts"]
             if progress is not None:
                 progress.advance(f.path, index.sample_count, f.size)
-        if scanned is not None:
-            scanned.close()
-        close_scratch_writers(scratch)
-        dropped = _build_sqlite(build, scratch, id_map, shards, options, result)
-        side_files = side.close()
-        side = None
-        if dropped:
-            for path in dropped:
-                del counts[path]
-            drop_side_shards(side_files, set(dropped))
         if not counts:
             raise MetaError(f"{storage.url}: no valid shard left to index ({len(result.bad_shards)} bad)")
-        part_types: Counter = Counter()
-        for path in counts:
-            part_types.update(shard_parts[path])
         split = _split(list(counts), options, result)
+        sqlite.finish()
+        sqlite = None
         files_out: dict[str, object] = {INDEX_SQLITE: os.path.join(build, INDEX_SQLITE)}
-        files_out.update(side_files)
+        files_out.update(side.close())
+        side = None
         files_out[INFO_JSON] = info_json_bytes(DatasetInfo(counts))
         files_out[SPLIT_YAML] = split_yaml_bytes(SplitConfig(split))
         if options.dataset_yaml is not None:
@@ -297,36 +276,15 @@ def prepare_dataset(
     except BaseException:
         if side is not None:
             side.abort()
+        if sqlite is not None:
+            sqlite.abort()
         raise
     finally:
         if scanned is not None:
             scanned.close()
-        close_scratch_writers(scratch)
         shutil.rmtree(build, ignore_errors=True)
     result.seconds = time.perf_counter() - start
     return result
-
-
-def _build_sqlite(build, scratch, id_map, shards, options, result) -> list[str]:
-    """Assemble index.sqlite; with skip_bad_shards, shards holding keys seen in an earlier shard are dropped
-    (returned) and the database is rebuilt without them."""
-    names = {pos: f.path for pos, f in enumerate(shards)}
-    path = os.path.join(build, INDEX_SQLITE)
-    dropped: list[str] = []
-    files = scratch_files(scratch)
-    while True:
-        try:
-            build_index_sqlite(path, files, id_map, names)
-            return dropped
-        except DuplicateKeyError as exc:
-            if not options.skip_bad_shards:
-                raise
-            os.remove(path)
-            result.bad_shards.append(BadShard(exc.shard, str(exc)))
-            dropped.append(exc.shard)
-            del id_map[exc.shard_id]
-            for new, pos in enumerate(sorted(id_map)):
-                id_map[pos] = new
 
 
 def _tar_index_only(storage, options, result, progress, start) -> PrepareResult:

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from energon_arrow.adapters import NotFound
 from energon_arrow.index.schema import PARTS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA, SIDE_INDEX_DIR
+from energon_arrow.tar.arrow import from_bytes_list, from_numpy, ints_to_numpy
 from energon_arrow.tar.samples import ShardIndex
 
 _ROW_GROUP_ROWS = 1 << 20
@@ -55,16 +56,16 @@ class SideIndexWriter:
 
     def add_shard(self, shard_id: int, path: str, size: int, mtime, etag, index: ShardIndex) -> None:
         n, m = index.sample_count, index.part_count
-        ids_n = pa.array(np.full(n, shard_id, dtype=np.int32))
+        ids_n = from_numpy(np.full(n, shard_id, dtype=np.int32), np.int32)
         self._pending["samples"].append(
             _table(
                 SAMPLES_SCHEMA,
                 [
                     ids_n,
-                    pa.array(np.arange(n, dtype=np.int64)),
+                    from_numpy(np.arange(n, dtype=np.int64)),
                     index.sample_keys.cast(pa.string()),
-                    pa.array(index.sample_offsets, pa.int64()),
-                    pa.array(index.sample_sizes, pa.int64()),
+                    from_numpy(index.sample_offsets),
+                    from_numpy(index.sample_sizes),
                 ],
             )
         )
@@ -72,13 +73,13 @@ class SideIndexWriter:
             _table(
                 PARTS_SCHEMA,
                 [
-                    pa.array(np.full(m, shard_id, dtype=np.int32)),
-                    pa.array(index.part_sample_index, pa.int64()),
+                    from_numpy(np.full(m, shard_id, dtype=np.int32), np.int32),
+                    from_numpy(index.part_sample_index),
                     pc.dictionary_encode(index.part_names.cast(pa.string())).cast(
                         pa.dictionary(pa.int32(), pa.string())
                     ),
-                    pa.array(index.part_offsets, pa.int64()),
-                    pa.array(index.part_sizes, pa.int64()),
+                    from_numpy(index.part_offsets),
+                    from_numpy(index.part_sizes),
                 ],
             )
         )
@@ -90,9 +91,21 @@ class SideIndexWriter:
         self._flush(force=True)
         self._samples.close()
         self._parts.close()
-        cols = list(zip(*self._shards)) if self._shards else [[] for _ in SHARDS_SCHEMA]
+        ids, paths, counts, sizes, mtimes, etags, ends = (
+            (list(c) for c in zip(*self._shards)) if self._shards else ([[] for _ in range(7)])
+        )
+        mtime_valid = np.array([m is not None for m in mtimes], dtype=bool)
         table = pa.Table.from_arrays(
-            [pa.array(list(c), f.type) for c, f in zip(cols, SHARDS_SCHEMA)], schema=SHARDS_SCHEMA
+            [
+                from_numpy(np.array(ids, dtype=np.int32), np.int32),
+                from_bytes_list(paths, pa.string()),
+                from_numpy(np.array(counts, dtype=np.int64)),
+                from_numpy(np.array(sizes, dtype=np.int64)),
+                from_numpy(np.array([m or 0.0 for m in mtimes], dtype=np.float64), np.float64, mtime_valid),
+                from_bytes_list(etags, pa.string()),
+                from_numpy(np.array(ends, dtype=np.int64)),
+            ],
+            schema=SHARDS_SCHEMA,
         )
         pq.write_table(table, self.paths["shards"], compression="zstd")
         return {rel: self.paths[name] for name, rel in SIDE_INDEX_NAMES.items()}
@@ -103,23 +116,8 @@ class SideIndexWriter:
                 w.close()
 
 
-def drop_side_shards(paths: dict[str, str], drop: set[str]) -> None:
-    """Rewrite closed side-index files without the shards whose path is in `drop`, renumbering shard ids."""
-    files = {name: paths[rel] for name, rel in SIDE_INDEX_NAMES.items()}
-    shards = pq.read_table(files["shards"])
-    keep = np.array([p not in drop for p in shards.column("path").to_pylist()])
-    old_ids = shards.column("shard_id").to_numpy()
-    remap = np.full(int(old_ids.max()) + 1 if len(old_ids) else 0, -1, dtype=np.int32)
-    remap[old_ids[keep]] = np.arange(int(keep.sum()), dtype=np.int32)
-    shards = shards.filter(pa.array(keep)).set_column(
-        0, "shard_id", pa.array(remap[old_ids[keep]], pa.int32())
-    )
-    pq.write_table(shards, files["shards"], compression="zstd")
-    for name in ("samples", "parts"):
-        table = pq.read_table(files[name])
-        new_ids = remap[table.column("shard_id").to_numpy()]
-        table = table.set_column(0, "shard_id", pa.array(new_ids, pa.int32())).filter(pa.array(new_ids >= 0))
-        pq.write_table(table, files[name], compression="zstd")
+def _read(path) -> pa.Table:
+    return pq.ParquetFile(path).read()  # pq.read_table would import pandas
 
 
 @dataclass
@@ -149,18 +147,18 @@ class SideIndex:
         parts = self.parts.slice(p0, p1 - p0)
         return ShardIndex(
             sample_keys=samples.column("sample_key").combine_chunks(),
-            sample_offsets=samples.column("byte_offset").to_numpy(),
-            sample_sizes=samples.column("byte_size").to_numpy(),
-            part_sample_index=parts.column("sample_index").to_numpy(),
+            sample_offsets=ints_to_numpy(samples.column("byte_offset")),
+            sample_sizes=ints_to_numpy(samples.column("byte_size")),
+            part_sample_index=ints_to_numpy(parts.column("sample_index")),
             part_names=parts.column("part_name").combine_chunks().cast(pa.string()),
-            part_offsets=parts.column("content_offset").to_numpy(),
-            part_sizes=parts.column("content_size").to_numpy(),
+            part_offsets=ints_to_numpy(parts.column("content_offset")),
+            part_sizes=ints_to_numpy(parts.column("content_size")),
             data_end=self.shards.column("data_end")[i].as_py(),
         )
 
 
 def _bounds(shard_ids: pa.ChunkedArray, n_shards: int) -> dict[int, tuple[int, int]]:
-    ids = shard_ids.to_numpy()
+    ids = ints_to_numpy(shard_ids)
     if len(ids) == 0:
         return {}
     change = np.nonzero(np.diff(ids))[0] + 1
@@ -176,7 +174,7 @@ def read_side_index(storage) -> SideIndex | None:
             data = storage.read_bytes(f"{SIDE_INDEX_DIR.split('/', 1)[0]}/{rel}")
         except NotFound:
             return None
-        tables[name] = pq.read_table(io.BytesIO(data))
+        tables[name] = _read(io.BytesIO(data))
     for name, schema in (("shards", SHARDS_SCHEMA), ("samples", SAMPLES_SCHEMA), ("parts", PARTS_SCHEMA)):
         if tables[name].schema.names != schema.names:
             return None

@@ -1,7 +1,9 @@
-"""Indexing many shards at once: processes for local shards, threads (concurrent streams) for object stores.
+"""Indexing many shards at once: forked processes for local shards; for object stores, download threads (one GET
+per shard) feeding forked CPU processes.
 
-`index_shards(storage, shards, num_workers, write_tar_idx=True, shard_ids=None, scratch=None)` yields `(position, ShardIndex | TarFormatError)`
-in input order; each successful shard's `.tar.idx` is written next to it atomically by the worker that read it.
+`index_shards(storage, shards, num_workers, write_tar_idx=True)` yields
+`(position, ShardIndex | TarFormatError)` in input order. Each good shard's `.tar.idx` is written next to it:
+locally by the worker that read it (temporary name, then rename), on object stores in batches of concurrent PUTs.
 Storage errors other than bad tar content propagate.
 """
 
@@ -15,23 +17,18 @@ from collections import deque
 from collections.abc import Iterator
 
 from energon_arrow.adapters.errors import classify
-from energon_arrow.index.sqlite_writer import scratch_writer
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
 
 
-def index_one(
-    storage, rel: str, size: int, write_tar_idx: bool, shard_id: int, scratch: str | None
-) -> ShardIndex | TarFormatError:
+def index_one(storage, rel: str, size: int, write_tar_idx: bool) -> ShardIndex | TarFormatError:
     try:
         result = index_shard(storage, rel, size)
     except TarFormatError as exc:
         return exc
     if write_tar_idx:
         write_tar_index(storage, rel, result.tar_index())
-    if scratch is not None:
-        scratch_writer(scratch).add(shard_id, result)
     return result
 
 
@@ -54,11 +51,47 @@ def write_tar_index(storage, rel: str, offsets) -> None:
         raise classify(exc, storage.url_of(tar_index_name(rel))) from None
 
 
-def _pool(storage, num_workers: int):
-    if storage.is_local and num_workers > 1:
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        return cf.ProcessPoolExecutor(num_workers, mp_context=ctx)
-    return cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-index")
+def _can_fork() -> bool:
+    return "fork" in mp.get_all_start_methods()
+
+
+def _process_pool(workers: int):
+    return cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+
+
+class _RemoteIndexFiles:
+    """`.tar.idx` uploads of an object store: batches of concurrent PUTs (one PUT per file), sent in the
+    background while shards are still being read; `finish()` waits for all of them (and raises their errors)."""
+
+    def __init__(self, storage, batch: int = 16):
+        self.storage = storage
+        self.batch = batch
+        self.pending: dict[str, bytes] = {}
+        self._uploader = cf.ThreadPoolExecutor(1, thread_name_prefix="ea-tar-idx")
+        self._sent: list[cf.Future] = []
+
+    def add(self, rel: str, offsets) -> None:
+        self.pending[self.storage.path_of(tar_index_name(rel))] = tar_index_bytes(offsets)
+        if len(self.pending) >= self.batch:
+            self._sent.append(self._uploader.submit(self._put, self.pending))
+            self.pending = {}
+
+    def _put(self, items: dict[str, bytes]) -> None:
+        try:
+            self.storage.fs.pipe(items)
+        except Exception as exc:  # noqa: BLE001 - classified into a StorageError naming the URL
+            raise classify(exc, self.storage.url_of(next(iter(items)).rsplit("/", 1)[0])) from None
+
+    def finish(self) -> None:
+        if self.pending:
+            self._put(self.pending)
+            self.pending = {}
+        for fut in self._sent:
+            fut.result()
+        self._sent = []
+
+    def close(self) -> None:
+        self._uploader.shutdown(wait=True)
 
 
 def index_shards(
@@ -66,25 +99,31 @@ def index_shards(
     shards: list[tuple[str, int]],
     num_workers: int,
     write_tar_idx: bool = True,
-    shard_ids: list[int] | None = None,
-    scratch: str | None = None,
 ) -> Iterator[tuple[int, ShardIndex | TarFormatError]]:
-    """With `scratch`, each shard's rows also go to the indexing process's scratch database (`sqlite_writer`)
-    under `shard_ids[i]`."""
     if not shards:
         return
-    ids = shard_ids if shard_ids is not None else list(range(len(shards)))
-    if num_workers <= 1 and storage.is_local:
+    if num_workers <= 1 and storage.is_local:  # in-process
         for i, (rel, size) in enumerate(shards):
-            yield i, index_one(storage, rel, size, write_tar_idx, ids[i], scratch)
+            yield i, index_one(storage, rel, size, write_tar_idx)
         return
     window = max(2, 4 * num_workers)  # bounded look-ahead: results are consumed in order
-    pool = _pool(storage, num_workers)
+    remote_idx = _RemoteIndexFiles(storage) if write_tar_idx and not storage.is_local else None
+    if storage.is_local:
+        pool = _process_pool(num_workers) if _can_fork() else cf.ThreadPoolExecutor(num_workers)
+
+        def submit(i, rel, size):
+            return pool.submit(index_one, storage, rel, size, write_tar_idx)
+    else:  # threads: concurrent GETs on the shared async client (forked CPU workers measured slower)
+        pool = cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-fetch")
+
+        def submit(i, rel, size):
+            return pool.submit(index_one, storage, rel, size, False)
+
     pending: deque = deque()
     try:
         it = iter(enumerate(shards))
         for i, (rel, size) in it:
-            pending.append((i, pool.submit(index_one, storage, rel, size, write_tar_idx, ids[i], scratch)))
+            pending.append((i, submit(i, rel, size)))
             if len(pending) >= window:
                 break
         while pending:
@@ -93,14 +132,19 @@ def index_shards(
             nxt = next(it, None)
             if nxt is not None:
                 j, (rel, size) = nxt
-                pending.append(
-                    (j, pool.submit(index_one, storage, rel, size, write_tar_idx, ids[j], scratch))
-                )
+                pending.append((j, submit(j, rel, size)))
+            if remote_idx is not None:
+                if not isinstance(result, TarFormatError):
+                    remote_idx.add(shards[i][0], result.tar_index())
+                if not pending:  # the last shard: upload before the consumer may close the generator
+                    remote_idx.finish()
             yield i, result
     finally:
         for _, fut in pending:
             fut.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+        if remote_idx is not None:
+            remote_idx.close()
 
 
 def default_workers() -> int:

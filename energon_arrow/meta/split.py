@@ -60,11 +60,9 @@ class SplitConfig:
         for e in self.expanded().exclude:
             if known is not None and e in known:
                 continue
-            cut = -1
-            for i in range(len(e) - 1, 0, -1):
-                if e[i] == "/" and (e[:i] in known if known is not None else e[:i].endswith(".tar")):
-                    cut = i
-                    break
+            cut = e.rfind("/")  # from the last "/" backwards: the longest matching prefix wins
+            while cut > 0 and not (e[:cut] in known if known is not None else e[:cut].endswith(".tar")):
+                cut = e.rfind("/", 0, cut)
             if cut > 0:
                 out.setdefault(e[:cut], set()).add(e[cut + 1 :])
         return out

@@ -8,15 +8,19 @@ from energon_arrow.query.errors import (
     ReadOnlyError,
     StaleIndexError,
 )
+from energon_arrow.query.join import JoinMember, join_datasets, join_index_bytes
 from energon_arrow.query.result import QueryResult
 
 __all__ = [
     "DanglingReferenceError",
     "Dataset",
+    "JoinMember",
     "NotPreparedError",
     "QueryError",
     "QueryResult",
     "ReadOnlyError",
     "StaleIndexError",
+    "join_datasets",
+    "join_index_bytes",
     "open_dataset",
 ]

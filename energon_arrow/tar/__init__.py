@@ -1,8 +1,9 @@
 """Fast tar shard indexing: a hand-written header walk (no `tarfile`) and vectorised sample grouping.
 
 - `index_shard(storage, rel, size=None, block_size=8 MiB) -> ShardIndex`: walk one shard (local: mmap; remote:
-  one sequential stream, whole into memory up to `WHOLE_READ_LIMIT`, else through a sliding window) and group
+  one GET up to `WHOLE_READ_LIMIT`, else one sequential stream through a sliding window) and group
   its members into energon samples and parts.
+- `index_bytes(data, url)`: the same for a shard already in memory.
 - `scan_members_fast(uint8_array, shard)`: the vectorised walk for plain local shards (None: use the general one).
 - `scan_members(read, size, shard)` / `build_shard_index(members, shard)`: the two steps, for custom sources.
 - `TarFormatError(shard, reason, member, offset)`: every bad-shard error.
@@ -27,20 +28,15 @@ def _map(storage, rel: str) -> np.ndarray:
         return np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=np.uint8)
 
 
-WHOLE_READ_LIMIT = 256 << 20  # remote shards up to this size are fetched whole (one sequential stream)
+WHOLE_READ_LIMIT = 64 << 20  # remote shards up to this size are fetched whole with one GET
 
 
-def _read_all(storage, rel: str, size: int, block_size: int) -> bytes:
-    buf = bytearray(size)
-    view = memoryview(buf)
-    with storage.open_stream(rel, block_size=block_size) as stream:
-        filled = 0
-        while filled < size:
-            n = stream.readinto(view[filled:])
-            if not n:
-                break
-            filled += n
-    return bytes(view[:filled]) if filled < size else bytes(buf)
+def index_bytes(data: bytes, url: str) -> ShardIndex:
+    """Index a whole shard held in memory (`url` names it in errors)."""
+    members = scan_members_fast(np.frombuffer(data, dtype=np.uint8), url) if len(data) >= 1024 else None
+    if members is None:
+        members = scan_members(lambda offset, n: data[offset : offset + n], len(data), url)
+    return build_shard_index(members, url)
 
 
 def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 << 20) -> ShardIndex:
@@ -52,11 +48,7 @@ def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 
         if members is not None:
             return build_shard_index(members, url)
     elif not storage.is_local and 0 < size <= WHOLE_READ_LIMIT:
-        data = _read_all(storage, rel, size, block_size)
-        members = scan_members_fast(np.frombuffer(data, dtype=np.uint8), url)
-        if members is None:
-            members = scan_members(lambda offset, n: data[offset : offset + n], len(data), url)
-        return build_shard_index(members, url)
+        return index_bytes(storage.read_range(rel, 0, size), url)  # one GET, no HEAD
     with open_source(storage, rel, size, block_size) as read:
         members = scan_members(read, size, url)
     return build_shard_index(members, url)
@@ -69,6 +61,7 @@ __all__ = [
     "ShardIndex",
     "TarFormatError",
     "build_shard_index",
+    "index_bytes",
     "index_shard",
     "open_source",
     "scan_members",

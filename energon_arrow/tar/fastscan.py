@@ -84,4 +84,4 @@ def scan_members_fast(arr: np.ndarray, shard: str) -> Members | None:
     np.cumsum(lengths, out=offsets[1:])
     name_arr = pa.Array.from_buffers(pa.binary(), len(reg), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     starts = idx[regular] * BLOCK
-    return Members(starts, starts + BLOCK, sizes[regular], name_arr, data_end, len(chain))
+    return Members(starts, starts + BLOCK, sizes[regular], name_arr, data_end)

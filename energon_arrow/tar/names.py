@@ -17,6 +17,8 @@ import re
 import numpy as np
 import pyarrow as pa
 
+from energon_arrow.tar.arrow import from_bytes_list
+
 KEY_PART_RE = r"^((?:.*/|)[^.]+)[.]([^/]*)$"
 SKIP_META_RE = r"__[^/]*__($|/)"  # re.match: anchored at the start
 _key_part = re.compile(KEY_PART_RE)
@@ -116,4 +118,4 @@ def _split_names_python(names: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array
         keep[i] = True
         keys.append(m.group(1))
         parts.append(m.group(2))
-    return keep, pa.array(keys, pa.string()), pa.array(parts, pa.string())
+    return keep, from_bytes_list(keys, pa.string()), from_bytes_list(parts, pa.string())

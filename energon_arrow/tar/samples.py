@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from energon_arrow.tar.arrow import bools_to_numpy, from_numpy
 from energon_arrow.tar.errors import TarFormatError
 from energon_arrow.tar.names import NameDecodeError, split_names
 from energon_arrow.tar.scanner import Members
@@ -67,9 +68,9 @@ def build_shard_index(members: Members, shard: str) -> ShardIndex:
         raise TarFormatError(shard, "no samples: no member name has the form <key>.<part>")
     new = np.ones(n, dtype=bool)
     if n > 1:
-        new[1:] = pc.not_equal(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)
+        new[1:] = bools_to_numpy(pc.not_equal(keys[1:], keys[:-1]))
     first = np.nonzero(new)[0]
-    sample_keys = keys.take(pa.array(first))
+    sample_keys = keys.take(from_numpy(first))
     if pc.count_distinct(sample_keys).as_py() != len(first):
         _raise_non_contiguous(sample_keys, members, idx[first], shard)
     starts = members.start[idx[first]]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from energon_arrow.tar.arrow import from_bytes_list
 from energon_arrow.tar.errors import TarFormatError
 from energon_arrow.tar.header import (
     AREGTYPE,
@@ -53,7 +54,6 @@ class Members:
     size: np.ndarray  # payload size
     names: pa.Array  # binary: full member names as stored (UTF-8 expected)
     data_end: int  # end of the last member's padded payload (where the EOF blocks start)
-    n_headers: int  # header blocks read, extension headers included
 
 
 def scan_members(read, size: int, shard: str) -> Members:
@@ -68,7 +68,6 @@ def scan_members(read, size: int, shard: str) -> Members:
     long_name: bytes | None = None
     local_pax: dict[str, str] | None = None
     off = 0
-    n_headers = 0
 
     def fail(reason, member=None, at=None):
         raise TarFormatError(shard, reason, member, off if at is None else at)
@@ -107,7 +106,6 @@ def scan_members(read, size: int, shard: str) -> Members:
             if ext_start >= 0:
                 fail("archive ends after an extension header, before its member", at=ext_start)
             break
-        n_headers += 1
         blocks.append(h)
         block_offsets.append(off)
         if len(blocks) >= _CHECK_BATCH or off == 0:
@@ -211,9 +209,8 @@ def scan_members(read, size: int, shard: str) -> Members:
         np.array(starts, dtype=np.int64),
         np.array(data_offsets, dtype=np.int64),
         np.array(sizes, dtype=np.int64),
-        pa.array(names, pa.binary()),
+        from_bytes_list(names),
         off,
-        n_headers,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -15,6 +16,28 @@ from dataclasses import dataclass, field
 
 ACCESS_KEY = "energon-arrow-test"
 SECRET_KEY = "energon-arrow-test-secret"
+# With `iam=True` the server enforces these identities (`-s3.config`): ACCESS_KEY may do everything,
+# READER_KEY may only read and list; any other key or a wrong secret gets 403.
+READER_KEY = "energon-arrow-reader"
+READER_SECRET = "energon-arrow-reader-secret"
+
+
+def iam_config() -> dict:
+    """The `-s3.config` identities file content used with `start_seaweedfs(iam=True)`."""
+    return {
+        "identities": [
+            {
+                "name": "admin",
+                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            },
+            {
+                "name": "reader",
+                "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
+                "actions": ["Read", "List"],
+            },
+        ]
+    }
 
 
 def weed_binary() -> str:
@@ -117,12 +140,22 @@ def stop_process(proc: subprocess.Popen, grace: float = 2.0) -> None:
         proc.wait(10)
 
 
-def start_seaweedfs(timeout: float = 60.0) -> SeaweedS3:
-    """Start `weed server -s3` on free loopback ports; return once a bucket can be created."""
+def start_seaweedfs(timeout: float = 60.0, iam: bool = False) -> SeaweedS3:
+    """Start `weed server -s3` on free loopback ports; return once a bucket can be created.
+
+    Without `iam` any key and secret are accepted (no signature check); with it, only the identities of
+    `iam_config()` are, so wrong credentials and missing permissions give real 403s.
+    """
     binary = weed_binary()
     data_dir = tempfile.mkdtemp(prefix="ea-seaweed-")
     master, volume, filer, s3, iceberg, lance = free_ports(6)
     log_path = os.path.join(data_dir, "weed.log")
+    extra = []
+    if iam:
+        config_path = os.path.join(data_dir, "s3-identities.json")
+        with open(config_path, "w") as f:
+            json.dump(iam_config(), f)
+        extra.append(f"-s3.config={config_path}")
     cmd = [
         binary,
         "server",
@@ -139,6 +172,7 @@ def start_seaweedfs(timeout: float = 60.0) -> SeaweedS3:
         "-master.volumeSizeLimitMB=256",
         "-volume.max=16",
         "-volume.preStopSeconds=0",
+        *extra,
     ]
     with open(log_path, "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(

@@ -132,3 +132,19 @@ def test_mmap_is_local_only_and_zero_copy(any_storage):
     assert any_storage.mmap("empty.bin").size == 0
     with pytest.raises(StorageError, match="beyond size"):
         any_storage.mmap("m.bin", np.int32, count=101)
+
+
+@pytest.mark.parametrize("gap, max_fetch", [(0, 1 << 20), (1 << 20, 4096), (1 << 20, 0)])
+def test_read_ranges_under_every_coalescing_setting(any_storage, gap, max_fetch):
+    data = put(any_storage, "c.bin", np.random.default_rng(5).bytes(300_000))
+    rng = np.random.default_rng(6)
+    offsets = np.concatenate([rng.integers(0, 290_000, 200), [0]])
+    sizes = np.concatenate([rng.integers(0, 10_000, 200), [300_000]])  # and one range of the whole file
+    any_storage.range_gap, any_storage.max_fetch = gap, max_fetch
+    got = any_storage.read_ranges(["c.bin"] * offsets.size, offsets, sizes)
+    assert [bytes(g) for g in got] == [data[o : o + s] for o, s in zip(offsets, sizes)]
+    any_storage.use_direct_reads = False
+    clone = pickle.loads(pickle.dumps(any_storage))  # the settings travel with the storage and its children
+    assert (clone.range_gap, clone.max_fetch, clone.use_direct_reads) == (gap, max_fetch, False)
+    child = any_storage.child("x")
+    assert (child.range_gap, child.max_fetch, child.use_direct_reads) == (gap, max_fetch, False)

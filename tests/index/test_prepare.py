@@ -99,6 +99,33 @@ def test_bad_shard_fails_and_keeps_old_index(dataset):
     assert [b.path for b in result.bad_shards] == ["shards/zz-truncated.tar"] and result.shards == 5
 
 
+def test_interrupt_keeps_old_index(dataset, monkeypatch):
+    import energon_arrow.index.prepare as prep
+
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    old = _meta(dataset)
+    with open(os.path.join(dataset, "shards", "zz-new.tar"), "wb") as f:
+        f.write(shard_bytes(9, 3, 50, key_prefix="z"))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prep, "split_yaml_bytes", interrupted)  # Ctrl-C after indexing, before publishing
+    with pytest.raises(KeyboardInterrupt):
+        prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, force=True))
+    assert _meta(dataset) == old
+    assert sorted(os.listdir(dataset)) == [".nv-meta", "shards"]  # no build folder left behind
+
+
+def test_gzip_shard_is_refused(dataset):
+    import gzip
+
+    with open(os.path.join(dataset, "shards", "x.tgz"), "wb") as f:
+        f.write(gzip.compress(shard_bytes(9, 2, 50, key_prefix="g")))
+    with pytest.raises(TarFormatError, match="x.tgz.*gzip"):
+        prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+
+
 def test_duplicate_keys_across_shards(dataset):
     dup = shard_bytes(0, 7, 100)  # the same keys as shard 0
     with open(os.path.join(dataset, "shards", "a-dup.tar"), "wb") as f:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 
+import pyarrow.parquet as pq
 import pytest
 
 from energon_arrow.adapters import open_storage
+from energon_arrow.cli.main import main
 from energon_arrow.query import StaleIndexError, open_dataset
 
 
@@ -50,3 +54,31 @@ def test_memory_dataset(energon_ds, memory_root):
     assert ds.index_source == "parquet" and ds.split("val").num_rows == 12
     assert ds.sql("SELECT count(*) FROM parts").scalar() == 144
     assert ds.parts.collect().height == 144
+
+
+@pytest.mark.s3
+def test_cli_query_and_info_on_s3(energon_ds, s3_root, capsysbinary):
+    url, options = s3_root
+    upload(energon_ds, url, options)
+    opts = ["--storage-options", json.dumps(options)]
+
+    def cli(*args):
+        try:
+            main([*args, *opts])
+        except SystemExit as exc:
+            assert not exc.code
+        return capsysbinary.readouterr()
+
+    cli(
+        "query",
+        url,
+        "SELECT * FROM split_samples WHERE split = 'val'",
+        "--format",
+        "parquet",
+        "-o",
+        f"{url}/out/val.parquet",
+    )
+    data = open_storage(url, options).read_bytes("out/val.parquet")
+    assert pq.read_table(io.BytesIO(data)).num_rows == 12
+    info = json.loads(cli("info", url, "--json").out)
+    assert info["samples"] == 48 and info["path"] == url

@@ -1,0 +1,75 @@
+"""RetryPolicy arithmetic and error classification of real exception types."""
+
+from __future__ import annotations
+
+import errno
+import http.client
+
+import pytest
+
+from energon_arrow.adapters import AccessDenied, NotFound, RetryPolicy, StorageError, TransientError
+from energon_arrow.adapters.errors import classify
+from energon_arrow.adapters.retry import call_with_retries
+from energon_arrow.adapters.s3direct import S3HttpError
+
+
+def test_delays_grow_and_are_capped():
+    p = RetryPolicy(attempts=10, base_delay=0.1, max_delay=1.0, jitter=0.0)
+    assert [p.delay(i) for i in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    jittery = RetryPolicy(base_delay=1.0, max_delay=1.0, jitter=0.5)
+    assert all(1.0 <= jittery.delay(3) <= 1.5 for _ in range(50))
+
+
+@pytest.mark.parametrize("kwargs", [{"attempts": 0}, {"base_delay": -1}, {"max_delay": -1}])
+def test_invalid_policies(kwargs):
+    with pytest.raises(ValueError, match="RetryPolicy"):
+        RetryPolicy(**kwargs)
+
+
+def test_call_with_retries_counts_attempts_and_sleeps_per_policy():
+    calls, sleeps = [], []
+
+    def flaky():
+        calls.append(1)
+        raise ConnectionResetError(errno.ECONNRESET, "reset by peer")
+
+    policy = RetryPolicy(attempts=3, base_delay=0.5, max_delay=0.6, jitter=0.0)
+    with pytest.raises(TransientError, match=r"s3://b/k: .*gave up after 3 attempts"):
+        call_with_retries(flaky, "s3://b/k", policy, sleep=sleeps.append)
+    assert len(calls) == 3 and sleeps == [0.5, 0.6]
+
+
+@pytest.mark.parametrize(
+    "exc, kind",
+    [
+        (S3HttpError(404, "NoSuchKey", "gone"), NotFound),
+        (S3HttpError(404, "NoSuchBucket", ""), NotFound),
+        (S3HttpError(403, "SignatureDoesNotMatch", ""), AccessDenied),
+        (S3HttpError(503, "SlowDown", ""), TransientError),
+        (S3HttpError(500, "InternalError", ""), TransientError),
+        (S3HttpError(400, "InvalidArgument", "bad"), StorageError),
+        (ConnectionResetError(errno.ECONNRESET, "reset"), TransientError),
+        (http.client.RemoteDisconnected("closed"), TransientError),
+        (http.client.IncompleteRead(b"", 10), TransientError),
+        (TimeoutError("timed out"), TransientError),
+        (FileNotFoundError(errno.ENOENT, "missing"), NotFound),
+        (PermissionError(errno.EACCES, "denied"), AccessDenied),
+        (IsADirectoryError(errno.EISDIR, "dir"), StorageError),
+    ],
+)
+def test_classification(exc, kind):
+    err = classify(exc, "s3://bucket/key")
+    assert type(err) is kind and str(err).startswith("s3://bucket/key: ")
+
+
+def test_wrapped_botocore_errors_are_classified_through_the_chain():
+    from botocore.exceptions import ClientError
+
+    inner = ClientError({"Error": {"Code": "SlowDown", "Message": "reduce"}}, "GetObject")
+    try:
+        try:
+            raise inner
+        except ClientError as e:
+            raise OSError(errno.EIO, "wrapped") from e
+    except OSError as outer:
+        assert isinstance(classify(outer, "s3://b/k"), TransientError)
