@@ -42,6 +42,7 @@ class TokenWriter:
         *,
         check_range: bool = True,
         spool_dir: str | None = None,
+        spool_memory_bytes: int = 8 * 1024 * 1024,
     ):
         self.dtype = np.dtype(dtype)
         dtype_code(self.dtype)  # reject dtypes the format cannot hold before creating anything
@@ -50,9 +51,10 @@ class TokenWriter:
         self.storage, stem = split_prefix(prefix, storage_options)
         self.bin_name, self.idx_name = stem + ".bin", stem + ".idx"
         self._tmpdir = tempfile.mkdtemp(prefix="ea-tokens-", dir=spool_dir)
-        self._lengths = ArraySpool(np.int32, f"{self._tmpdir}/lengths")
-        self._doc_ends = ArraySpool(np.int64, f"{self._tmpdir}/documents")
-        self._modes = ArraySpool(np.int8, f"{self._tmpdir}/modes") if self.multimodal else None
+        mem = spool_memory_bytes
+        self._lengths = ArraySpool(np.int32, f"{self._tmpdir}/lengths", mem)
+        self._doc_ends = ArraySpool(np.int64, f"{self._tmpdir}/documents", mem)
+        self._modes = ArraySpool(np.int8, f"{self._tmpdir}/modes", mem) if self.multimodal else None
         self._len_buf: list[int] = []
         self._mode_buf: list[int] = []
         self._end_buf: list[int] = []
@@ -321,7 +323,12 @@ class TokenWriter:
 
 
 def merge_datasets(
-    parts, output_prefix, storage_options: Mapping[str, Any] | None = None, *, spool_dir: str | None = None
+    parts,
+    output_prefix,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    spool_dir: str | None = None,
+    spool_memory_bytes: int = 8 * 1024 * 1024,
 ) -> dict[str, Any]:
     """Concatenate token datasets (prefixes, in order) into `output_prefix`; dtype and modes must agree.
     Memory stays bounded however many parts and documents there are."""
@@ -329,7 +336,14 @@ def merge_datasets(
     if not parts:
         raise ValueError("merge needs at least one input dataset")
     first = IndexedTokens(parts[0], storage_options)
-    with TokenWriter(output_prefix, first.dtype, first.multimodal, storage_options, spool_dir=spool_dir) as w:
+    with TokenWriter(
+        output_prefix,
+        first.dtype,
+        first.multimodal,
+        storage_options,
+        spool_dir=spool_dir,
+        spool_memory_bytes=spool_memory_bytes,
+    ) as w:
         for p in parts:
             w.add_index(p, storage_options)
         return w.finalize()

@@ -1,7 +1,7 @@
 """A streaming output file that becomes visible under its name only when published.
 
-Local: written to a temporary name in the same folder and renamed into place. Remote (S3 and other fsspec
-stores): streamed as a multipart upload, which the store only exposes on completion; discarding aborts it.
+Local and non-S3 fsspec stores: written to a temporary name in the same folder and renamed (moved) into place.
+S3: streamed as a multipart upload, which the store only exposes on completion; discarding aborts it.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ class Sink:
                 os.makedirs(os.path.dirname(self._final) or ".", exist_ok=True)
                 self._tmp = f"{self._final}.tmp-{uuid.uuid4().hex[:12]}"
                 self._file = open(self._tmp, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 (closed by publish/discard)
-            else:
+            elif storage.protocol == "s3":
                 self._final = self._tmp = None
-                parent = rel.rpartition("/")[0]
-                if parent:
-                    storage.makedirs(parent)
                 self._file = storage.fs.open(storage.path_of(rel), "wb", block_size=REMOTE_PART)
+            else:
+                self._final = storage.path_of(rel)
+                self._tmp = f"{self._final}.tmp-{uuid.uuid4().hex[:12]}"
+                storage.makedirs(rel.rpartition("/")[0])
+                self._file = storage.fs.open(self._tmp, "wb")
         except OSError as exc:
             raise classify(exc, self.url) from None
         self._done = False
@@ -53,8 +55,10 @@ class Sink:
         self._done = True
         try:
             self._file.close()
-            if self._tmp is not None:
+            if self.storage.is_local:
                 os.replace(self._tmp, self._final)
+            elif self._tmp is not None:
+                self.storage.fs.mv(self._tmp, self._final)
         except Exception as exc:
             self._done = False
             self.discard()
@@ -64,16 +68,14 @@ class Sink:
         if self._done:
             return
         self._done = True
-        if self._tmp is not None:
-            with contextlib.suppress(OSError):
-                self._file.close()
-            with contextlib.suppress(OSError):
-                os.remove(self._tmp)
-        else:
-            discard = getattr(self._file, "discard", None)
+        if self._tmp is None:  # S3: abort the multipart upload
             with contextlib.suppress(Exception):
-                if discard is not None:
-                    discard()
-                else:  # a store without multipart abort: finish, then delete
-                    self._file.close()
-                    self.storage.remove(self.rel)
+                self._file.discard()
+            return
+        with contextlib.suppress(Exception):
+            self._file.close()
+        with contextlib.suppress(Exception):
+            if self.storage.is_local:
+                os.remove(self._tmp)
+            else:
+                self.storage.fs.rm(self._tmp)
