@@ -10,6 +10,8 @@ import click
 # Each module defines `command` (a click.Command). Order is the order of `--help`.
 SUBCOMMAND_MODULES = [
     "energon_arrow.cli.demo",
+    "energon_arrow.cli.preprocess",
+    "energon_arrow.cli.merge",
 ]
 
 

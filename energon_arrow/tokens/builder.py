@@ -212,22 +212,28 @@ class TokenWriter:
         self._doc_end = self._sequences
         self._documents += per_doc.size
 
-    def add_index(self, prefix, storage_options: Mapping[str, Any] | None = None) -> None:
-        """Append a whole existing dataset (merge): its index arrays are streamed, its .bin copied."""
+    def add_index(
+        self, prefix, storage_options: Mapping[str, Any] | None = None, max_documents: int | None = None
+    ) -> None:
+        """Append an existing dataset (merge), or only its first `max_documents` documents: its index
+        arrays are streamed in chunks and its .bin copied."""
         self._check_open()
         self._check_no_open_items("add_index")
         part = IndexedTokens(prefix, storage_options, multimodal=True if self.multimodal else None)
         if part.dtype != self.dtype:
             raise ValueError(f"{part.idx_url}: dtype {part.dtype} differs from the output's {self.dtype}")
         itemsize = self.dtype.itemsize
-        expected = part.num_tokens * itemsize
-        if part.bin_size != expected:
+        ndocs = (
+            part.num_documents if max_documents is None else max(0, min(part.num_documents, max_documents))
+        )
+        n = int(part.document_indices[ndocs])
+        nbytes = int(part.sequence_lengths[:n].sum(dtype=np.int64)) * itemsize
+        if max_documents is None and part.bin_size != nbytes:
             raise ValueError(
-                f"{part.bin_url}: {part.bin_size} bytes but its sequences hold {expected}; cannot append it"
+                f"{part.bin_url}: {part.bin_size} bytes but its sequences hold {nbytes}; cannot append it"
             )
         self._flush_lists()
         start = 0
-        n = len(part)
         for a in range(0, n, READ_CHUNK):
             b = min(n, a + READ_CHUNK)
             lens = np.asarray(part.sequence_lengths[a:b])
@@ -241,19 +247,26 @@ class TokenWriter:
             if self.multimodal:
                 self._modes.append(np.array(part.sequence_modes[a:b]))
         docs = part.document_indices
-        for a in range(1, docs.size, READ_CHUNK):
-            self._doc_ends.append(docs[a : a + READ_CHUNK] + self._sequences)
-        self._copy_bin(part)
+        for a in range(1, ndocs + 1, READ_CHUNK):
+            self._doc_ends.append(docs[a : min(ndocs + 1, a + READ_CHUNK)] + self._sequences)
+        self._copy_bin(part, nbytes)
         self._sequences += n
         self._doc_end = self._sequences
-        self._documents += part.num_documents
+        self._documents += ndocs
 
-    def _copy_bin(self, part: IndexedTokens) -> None:
-        if part.bin_size == 0:
+    def _copy_bin(self, part: IndexedTokens, nbytes: int) -> None:
+        left = nbytes
+        if left == 0:
             return
         for chunk in part.storage.iter_chunks(part.bin_name, COPY_BLOCK):
-            self._bin.write(chunk)
-            self._tokens += len(chunk) // self.dtype.itemsize
+            piece = chunk if len(chunk) <= left else memoryview(chunk)[:left]
+            self._bin.write(piece)
+            left -= len(piece)
+            if left == 0:
+                break
+        if left:
+            raise ValueError(f"{part.bin_url}: ended {left} bytes early while copying")
+        self._tokens += nbytes // self.dtype.itemsize
 
     # ---- finishing ----------------------------------------------------------------------------------------
     def finalize(self, idx_path=None) -> dict[str, Any]:
