@@ -9,6 +9,7 @@ sequence, no EOD), as in Megatron's tools/preprocess_data.py.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -113,13 +114,15 @@ _QUEUE = None
 def _init_worker(q) -> None:
     global _QUEUE
     _QUEUE = q
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    # parallelism comes from the worker processes: one tokenizer thread each avoids oversubscribed spinning
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 
 def _run_units(units: list[WorkUnit], opts, dtype, part_dir, progress: ProgressFn) -> list[dict]:
     if opts.workers == 1 or len(units) == 1:
         return [_process_unit(u, k, opts, dtype, part_dir, progress) for k, u in enumerate(units)]
-    ctx = mp.get_context("spawn")
+    # fork where the platform has it: workers start in milliseconds and scripts need no __main__ guard
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     with ProcessPoolExecutor(min(opts.workers, len(units)), ctx, _init_worker, (q,)) as pool:
         futures = [pool.submit(_process_unit, u, k, opts, dtype, part_dir, None) for k, u in enumerate(units)]
@@ -151,7 +154,7 @@ def _process_unit(unit: WorkUnit, index: int, opts: PreprocessOptions, dtype, pa
     """Tokenize one unit into one local part per key; returns counts and part prefixes."""
     if progress is None:
         progress = (lambda d, t, b: _QUEUE.put((d, t, b))) if _QUEUE is not None else (lambda d, t, b: None)
-    tok = load_tokenizer(opts.tokenizer)
+    tok = _tokenizer(opts.tokenizer)
     keys = opts.json_keys
     parts = {k: os.path.join(part_dir, f"u{index:06d}_{k}") for k in keys}
     writers = {k: TokenWriter(parts[k], dtype, spool_dir=part_dir) for k in keys}
@@ -189,6 +192,12 @@ def _process_unit(unit: WorkUnit, index: int, opts: PreprocessOptions, dtype, pa
             w.abort()
         raise
     return stats
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(spec: TokenizerSpec):
+    """One loaded tokenizer per process and spec (units of a worker reuse it)."""
+    return load_tokenizer(spec)
 
 
 def _flush(batch, tok, writers, keys, append_eod: bool, progress, nbytes: int) -> None:
