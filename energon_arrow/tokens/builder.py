@@ -138,25 +138,40 @@ class TokenWriter:
     def add_document(self, tokens, lengths=None, modes=None) -> None:
         """Append one document: `tokens` holds its sequences back to back, `lengths` their sizes (default:
         one sequence), `modes` their modes (multimodal only; default 0)."""
-        self._check_open()
-        arr = self._as_tokens(tokens)
-        if lengths is None:
-            lengths = [arr.size]
-        lengths = [int(x) for x in lengths]
-        if sum(lengths) != arr.size or any(x < 0 for x in lengths):
-            raise ValueError(
-                f"{self.bin_url}: document lengths {lengths} do not partition its {arr.size} tokens"
-            )
-        self._check_no_open_items("add_document")
-        self._write_tokens(arr)
-        self._len_buf.extend(lengths)
-        if self.multimodal:
-            modes = [0] * len(lengths) if modes is None else [int(m) for m in modes]
-            if len(modes) != len(lengths):
-                raise ValueError(f"{self.bin_url}: {len(modes)} modes for {len(lengths)} sequences")
-            self._mode_buf.extend(modes)
-        self._sequences += len(lengths)
-        self.end_document()
+        if self._closed:
+            self._check_open()
+        if type(tokens) is np.ndarray and tokens.dtype == self.dtype and tokens.flags.c_contiguous:
+            arr = tokens  # the common case, kept cheap: this runs once per document
+        else:
+            arr = self._as_tokens(tokens)
+        n = arr.size
+        if self._sequences != self._doc_end:
+            self._check_no_open_items("add_document")
+        if lengths is None and not self.multimodal:
+            self._len_buf.append(n)
+            count = 1
+        else:
+            lengths = [n] if lengths is None else [int(x) for x in lengths]
+            if sum(lengths) != n or any(x < 0 for x in lengths):
+                raise ValueError(
+                    f"{self.bin_url}: document lengths {lengths} do not partition its {n} tokens"
+                )
+            if self.multimodal:
+                modes = [0] * len(lengths) if modes is None else [int(m) for m in modes]
+                if len(modes) != len(lengths):
+                    raise ValueError(f"{self.bin_url}: {len(modes)} modes for {len(lengths)} sequences")
+                self._mode_buf.extend(modes)
+            self._len_buf.extend(lengths)
+            count = len(lengths)
+        if n:
+            self._bin.write(arr.data)
+            self._tokens += n
+        self._sequences += count
+        self._doc_end = self._sequences
+        self._end_buf.append(self._sequences)
+        self._documents += 1
+        if len(self._end_buf) >= _LIST_FLUSH:
+            self._flush_lists()
 
     def _check_no_open_items(self, what: str) -> None:
         if self._sequences != self._doc_end:

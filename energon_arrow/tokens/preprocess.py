@@ -131,15 +131,25 @@ def _run_units(units: list[WorkUnit], opts, dtype, part_dir, progress: ProgressF
             while pending:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
                 _drain(q, progress)
-                for f in done:
-                    if f.exception() is not None:
-                        raise f.exception()
+                failed = [k for k, f in enumerate(futures) if f.done() and f.exception() is not None]
+                if failed:
+                    _raise_first_failure(futures, failed[0])
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
         _drain(q, progress)
         return [f.result() for f in futures]
+
+
+def _raise_first_failure(futures, first: int) -> None:
+    """Report the failure of the earliest unit in input order, whichever worker failed first in time."""
+    for f in futures[first + 1 :]:
+        f.cancel()
+    wait(futures[:first])
+    for f in futures[: first + 1]:
+        if f.exception() is not None:
+            raise f.exception()
 
 
 def _drain(q, progress: ProgressFn) -> None:

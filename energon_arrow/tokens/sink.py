@@ -44,16 +44,16 @@ class Sink:
 
     def write(self, data) -> None:
         try:
-            n = self._file.write(data)
+            self._file.write(data)
         except OSError as exc:
             raise classify(exc, self.url) from None
-        self.bytes_written += memoryview(data).nbytes if n is None else n
 
     def publish(self) -> None:
         if self._done:
             return
         self._done = True
         try:
+            self.bytes_written = self._file.tell()
             self._file.close()
             if self.storage.is_local:
                 os.replace(self._tmp, self._final)
