@@ -83,7 +83,9 @@ def preprocess(
     finally:
         shutil.rmtree(part_dir, ignore_errors=True)
     seconds = time.perf_counter() - t0
-    docs = min(sum(r["documents"] for r in results), opts.max_documents or 1 << 62)
+    docs = sum(r["documents"] for r in results)
+    if opts.max_documents is not None:
+        docs = min(docs, opts.max_documents)
     tokens = sum(o["tokens"] for o in outputs.values())
     nbytes = sum(r["bytes"] for r in results)
     bad = [r["first_bad_line"] for r in results if r["first_bad_line"]]
@@ -173,7 +175,8 @@ def _process_unit(unit: WorkUnit, index: int, opts: PreprocessOptions, dtype, pa
     pending_bytes = 0
     url = unit.file.url
     try:
-        for number, line in open_lines(unit):
+        lines = open_lines(unit) if opts.max_documents != 0 else iter(())
+        for number, line in lines:
             stats["bytes"] += len(line)
             pending_bytes += len(line)
             try:

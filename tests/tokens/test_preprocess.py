@@ -123,6 +123,8 @@ def test_max_documents_across_files(tmp_path):
     s = preprocess(files, str(tmp_path / "m"), opts(max_documents=60, workers=2))
     assert s["documents"] == 60
     assert read_docs(tmp_path / "m_text_document") == expected_byte_docs(docs[:60], eod=False)
+    s = preprocess(files, str(tmp_path / "z"), opts(max_documents=0))
+    assert s["documents"] == 0 and read_docs(tmp_path / "z_text_document") == []
 
 
 def test_hf_tokenizer_documents(tmp_path, hf_tokenizer_json):  # noqa: F811
