@@ -29,7 +29,7 @@ SAMPLE_TOKENS = 2049
 S3_SAMPLES = 10_000
 S3_BATCH = 64
 MEGATRON_S3_SAMPLES = 40
-PREPROCESS_DOCS = 60_000
+PREPROCESS_DOCS = 40_000
 
 
 def _megatron():
@@ -173,7 +173,7 @@ def bench_preprocess(args) -> Comparison:
             tok.encode_batch_fast(texts[a : a + 1024])
         return len(texts) / (time.perf_counter() - t0)
 
-    o, r = alternate(ours, reference, max(1, min(args.repeats, 2)))
+    o, r = alternate(ours, reference, args.repeats)
     _remove(out + "_text_document")
     return Comparison(
         f"preprocess {len(texts):,} JSONL docs ({stats['tokens']:,} tokens, {stats['mb']:.0f} MB), {workers} cores",
@@ -301,13 +301,15 @@ def bench_s3(args, prefix: str) -> list[Comparison]:
 
 def run(args) -> list[Comparison]:
     os.makedirs(DATA, exist_ok=True)
-    n_docs = 100_000 if args.quick else 1_000_000
-    tokens, lengths = make_tokens(n_docs, 200)
-    comparisons = [bench_write(args, tokens, lengths)]
-    del tokens
-    only = os.environ.get("BENCH_TOKENS_ONLY")  # e.g. "s3" or "preprocess" to rerun one part
-    if only in (None, "", "s3"):
+    parts = os.environ.get("BENCH_TOKENS_PARTS", "write,s3,preprocess").split(",")  # rerun one part
+    comparisons = []
+    if "write" in parts or "s3" in parts:
+        n_docs = 100_000 if args.quick else 1_000_000
+        tokens, lengths = make_tokens(n_docs, 200)
+        comparisons.append(bench_write(args, tokens, lengths))
+        del tokens
+    if "s3" in parts:
         comparisons += bench_s3(args, os.path.join(DATA, "w_ours"))
-    if only in (None, "", "preprocess"):
+    if "preprocess" in parts:
         comparisons.append(bench_preprocess(args))
     return comparisons

@@ -7,6 +7,12 @@ import gzip
 import io
 import json
 import os
+
+try:  # a faster parser when installed (the `tokenizers` extra brings it); same errors and results
+    from orjson import JSONDecodeError as _OrjsonError
+    from orjson import loads as _loads
+except ImportError:
+    _loads, _OrjsonError = json.loads, json.JSONDecodeError
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -149,8 +155,8 @@ def parse_document(line: bytes, keys: Sequence[str], url: str, number: int) -> l
     if not line.strip():
         return None
     try:
-        obj = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        obj = _loads(line)
+    except (json.JSONDecodeError, _OrjsonError, UnicodeDecodeError) as exc:
         raise BadLineError(f"{url}:{number}: invalid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise BadLineError(f"{url}:{number}: expected a JSON object, got {type(obj).__name__}")
