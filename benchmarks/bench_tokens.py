@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import shutil
+import statistics
 import time
 
 import numpy as np
@@ -104,6 +105,17 @@ def bench_write(args, tokens, lengths) -> Comparison:
     )
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its reaped children (the preprocess workers)."""
+    import resource
+
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
 # ---- preprocess -------------------------------------------------------------------------------------------
 def _words(rng, n=20_000):
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
@@ -160,20 +172,27 @@ def bench_preprocess(args) -> Comparison:
     out = os.path.join(DATA, "pre_out")
     stats = {}
 
+    cpu = {"ours": [], "reference": []}  # documents per CPU-second (this process and its workers)
+
     def ours():
-        s = preprocess(
-            files, out, PreprocessOptions(TokenizerSpec(tok_path), append_eod=True, workers=workers)
-        )
+        c0 = _cpu_seconds()
+        opts = PreprocessOptions(TokenizerSpec(tok_path), append_eod=True, workers=workers)
+        s = preprocess(files, out, opts)
+        cpu["ours"].append(s["documents"] / (_cpu_seconds() - c0))
         stats.update(tokens=s["tokens"], mb=s["input_bytes"] / 1e6)
         return s["documents"] / s["seconds"]
 
     def reference():
+        c0 = _cpu_seconds()
         t0 = time.perf_counter()
         for a in range(0, len(texts), 1024):
             tok.encode_batch_fast(texts[a : a + 1024])
-        return len(texts) / (time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        cpu["reference"].append(len(texts) / (_cpu_seconds() - c0))
+        return len(texts) / dt
 
     o, r = alternate(ours, reference, args.repeats)
+    cpu_ratio = statistics.median(cpu["ours"]) / statistics.median(cpu["reference"])
     _remove(out + "_text_document")
     return Comparison(
         f"preprocess {len(texts):,} JSONL docs ({stats['tokens']:,} tokens, {stats['mb']:.0f} MB), {workers} cores",
@@ -185,6 +204,10 @@ def bench_preprocess(args) -> Comparison:
             "workers": workers,
             "scaled_from": "1M docs / 200M tokens",
             "tokenizer": "byte-level BPE, 16k vocab",
+            "pairwise_ratios": [round(a / b, 3) for a, b in zip(o, r)],
+            "docs_per_cpu_second_ours": [round(x, 1) for x in cpu["ours"]],
+            "docs_per_cpu_second_reference": [round(x, 1) for x in cpu["reference"]],
+            "cpu_efficiency_ratio": round(cpu_ratio, 3),
         },
     )
 

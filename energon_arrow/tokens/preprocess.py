@@ -69,7 +69,7 @@ def preprocess(
         raise ValueError("max_documents must be non-negative")
     if not opts.json_keys or len(set(opts.json_keys)) != len(opts.json_keys):
         raise ValueError(f"json keys must be distinct and non-empty: {list(opts.json_keys)}")
-    tok = load_tokenizer(opts.tokenizer)
+    tok = _tokenizer(opts.tokenizer)  # cached: forked workers inherit it instead of loading it again
     if opts.append_eod and tok.eod is None:
         raise TokenizerError(f"{tok.name}: no end-of-document token found; pass --eod-token")
     dtype = optimal_dtype(tok.vocab_size)
