@@ -25,7 +25,8 @@ import numpy as np
 
 from benchmarks.harness import Comparison, alternate
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "tokens")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "benchmarks", "data", "tokens")
 SAMPLE_TOKENS = 2049
 S3_SAMPLES = 10_000
 S3_BATCH = 64
@@ -212,6 +213,77 @@ def bench_preprocess(args) -> Comparison:
     )
 
 
+# ---- merge ------------------------------------------------------------------------------------------------
+_MERGE_SIDE = """
+import resource, sys, time
+import numpy as np
+parts, out, side = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+t0 = time.perf_counter()
+if side == "ours":
+    from energon_arrow.tokens.builder import merge_datasets
+    merge_datasets(parts, out)
+else:
+    from megatron.core.datasets import indexed_dataset as m
+    from megatron.core.msc_utils import MultiStorageClientFeature
+    MultiStorageClientFeature.disable()
+    b = m.IndexedDatasetBuilder(out + ".bin", dtype=np.uint16)
+    for p in parts:
+        b.add_index(p)
+    b.finalize(out + ".idx")
+print(time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def bench_merge(args) -> Comparison:
+    """Merge 1,000 parts of 2,000 documents each (2M documents), each side in a fresh process (peak RSS)."""
+    import subprocess
+    import sys
+
+    from energon_arrow.tokens.builder import TokenWriter
+
+    n_parts = 100 if args.quick else 1000
+    folder = os.path.join(DATA, f"merge_{n_parts}")
+    parts = [os.path.join(folder, f"p{k:04d}") for k in range(n_parts)]
+    if not os.path.exists(parts[-1] + ".idx"):
+        os.makedirs(folder, exist_ok=True)
+        rng = np.random.default_rng(4)
+        for p in parts:
+            lengths = rng.integers(1, 40, 2000)
+            with TokenWriter(p, np.uint16) as w:
+                w.add_documents(rng.integers(0, 50_000, int(lengths.sum()), dtype=np.uint16), lengths)
+    rss = {"ours": [], "megatron": []}
+
+    def side(name):
+        out = os.path.join(DATA, f"merged_{name}")
+        cmd = [sys.executable, "-c", _MERGE_SIDE, ",".join(parts), out, name]
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, check=True, cwd=os.path.dirname(DATA) + "/../.."
+        )
+        seconds, peak_kb = res.stdout.split()[-2:]
+        rss[name].append(int(peak_kb) // 1024)
+        return float(seconds)
+
+    o, r = alternate(lambda: side("ours"), lambda: side("megatron"), 1)
+    identical = all(
+        pathlib.Path(os.path.join(DATA, "merged_ours" + e)).read_bytes()
+        == pathlib.Path(os.path.join(DATA, "merged_megatron" + e)).read_bytes()
+        for e in (".bin", ".idx")
+    )
+    for name in rss:
+        _remove(os.path.join(DATA, f"merged_{name}"))
+    return Comparison(
+        f"merge {n_parts:,} parts / {2000 * n_parts:,} documents (add_index)",
+        "s",
+        o,
+        r,
+        notes={
+            "peak_rss_mb_ours": rss["ours"],
+            "peak_rss_mb_megatron": rss["megatron"],
+            "byte_identical": identical,
+        },
+    )
+
+
 # ---- S3 random reads --------------------------------------------------------------------------------------
 def gpt_samples(ds_lengths: np.ndarray, n: int, seed: int = 3):
     """Pieces (seq, offset, length) of n samples of SAMPLE_TOKENS tokens starting at random documents."""
@@ -324,7 +396,7 @@ def bench_s3(args, prefix: str) -> list[Comparison]:
 
 def run(args) -> list[Comparison]:
     os.makedirs(DATA, exist_ok=True)
-    parts = os.environ.get("BENCH_TOKENS_PARTS", "write,s3,preprocess").split(",")  # rerun one part
+    parts = os.environ.get("BENCH_TOKENS_PARTS", "write,s3,preprocess,merge").split(",")  # rerun one part
     comparisons = []
     if "write" in parts or "s3" in parts:
         n_docs = 100_000 if args.quick else 1_000_000
@@ -335,4 +407,6 @@ def run(args) -> list[Comparison]:
         comparisons += bench_s3(args, os.path.join(DATA, "w_ours"))
     if "preprocess" in parts:
         comparisons.append(bench_preprocess(args))
+    if "merge" in parts:
+        comparisons.append(bench_merge(args))
     return comparisons
