@@ -13,6 +13,8 @@ SUBCOMMAND_MODULES = [
     "energon_arrow.cli.prepare",
     "energon_arrow.cli.query",
     "energon_arrow.cli.info",
+    "energon_arrow.cli.preprocess",
+    "energon_arrow.cli.merge",
 ]
 
 

@@ -1,0 +1,1 @@
+"""Token datasets: Megatron-compatible .bin/.idx files (reader, writer, merge, preprocess)."""

@@ -1,0 +1,293 @@
+"""`IndexedTokens`: read a Megatron `.bin/.idx` token dataset from a local or remote (s3://) prefix.
+
+Local files are memory-mapped (zero-copy numpy views). Remote prefixes download the .idx once (optionally into
+a local disk cache keyed by the object's identity) and read only the needed byte ranges of the .bin through a
+bounded cache (see tokens.remote). Everything is validated at open time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from energon_arrow.adapters import Storage, open_storage
+from energon_arrow.tokens.idx_format import (
+    HEADER_SIZE,
+    IdxHeader,
+    check_arrays,
+    detect_multimodal,
+    parse_header,
+)
+from energon_arrow.tokens.remote import RangeCache
+
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+_TAKE_CHUNK = 1 << 22  # tokens gathered per fancy-indexing step (bounds the index array's memory)
+
+
+def split_prefix(prefix, storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
+    """(storage of the folder, file name stem) for a dataset prefix such as `s3://b/dir/name` or `/x/name`."""
+    if isinstance(prefix, Storage):
+        raise TypeError("pass a prefix URL or path, not a Storage")
+    text = os.fspath(prefix)
+    if "://" in text and not text.startswith("file://"):
+        head, _, stem = text.rstrip("/").rpartition("/")
+        if "://" not in head:  # s3://name: no bucket folder
+            raise ValueError(f"{text}: a remote token dataset prefix needs a bucket, e.g. s3://bucket/name")
+    else:
+        head, stem = os.path.split(os.path.abspath(text.removeprefix("file://")))
+    if not stem:
+        raise ValueError(f"{text}: the prefix names a folder; expected a path prefix such as dir/name")
+    return open_storage(head, storage_options), stem
+
+
+class IndexedTokens:
+    """A Megatron-Core token dataset (sequences grouped into documents), opened from `prefix` (no suffix).
+
+    `multimodal=None` detects sequence modes from the .idx size; True/False insists. Remote reads use a cache
+    of `cache_bytes` and extend each miss to `readahead_bytes`; `idx_cache_dir` keeps downloaded .idx files.
+    """
+
+    def __init__(
+        self,
+        prefix,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        multimodal: bool | None = None,
+        validate: bool = True,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        readahead_bytes: int = 0,
+        idx_cache_dir: str | os.PathLike | None = None,
+    ):
+        self.path_prefix = os.fspath(prefix)
+        self._options = dict(storage_options or {})
+        self._settings = (multimodal, cache_bytes, readahead_bytes, idx_cache_dir)
+        self._open(validate)
+
+    # ---- opening ------------------------------------------------------------------------------------------
+    def _open(self, validate: bool) -> None:
+        multimodal, cache_bytes, readahead_bytes, idx_cache_dir = self._settings
+        storage, stem = split_prefix(self.path_prefix, self._options)
+        self.storage = storage
+        self.idx_name, self.bin_name = stem + ".idx", stem + ".bin"
+        self.idx_url, self.bin_url = storage.url_of(self.idx_name), storage.url_of(self.bin_name)
+        raw = self._load_idx(idx_cache_dir)
+        header = parse_header(bytes(raw[:HEADER_SIZE]), self.idx_url)
+        self.header: IdxHeader = header
+        self.multimodal = detect_multimodal(header, raw.size, multimodal, self.idx_url)
+        s = header.sequence_count
+        self.dtype = header.dtype
+        self.sequence_lengths = raw[header.lengths_offset : header.pointers_offset].view(np.int32)
+        self.sequence_pointers = raw[header.pointers_offset : header.documents_offset].view(np.int64)
+        self.document_indices = raw[header.documents_offset : header.modes_offset].view(np.int64)
+        self.sequence_modes = (
+            raw[header.modes_offset : header.modes_offset + s].view(np.int8) if self.multimodal else None
+        )
+        bin_size = storage.stat(self.bin_name).size
+        self.bin_size = bin_size
+        if validate:
+            check_arrays(
+                header,
+                self.sequence_lengths,
+                self.sequence_pointers,
+                self.document_indices,
+                bin_size,
+                self.idx_url,
+                self.bin_url,
+            )
+        if storage.is_local:
+            self._tokens = storage.mmap(self.bin_name, self.dtype, 0, bin_size // self.dtype.itemsize)
+            self._remote = None
+        else:
+            self._tokens = None
+            self._remote = RangeCache(storage, self.bin_name, bin_size, cache_bytes, readahead_bytes)
+
+    def _load_idx(self, idx_cache_dir) -> np.ndarray:
+        storage = self.storage
+        if storage.is_local:
+            return storage.mmap(self.idx_name, np.uint8)
+        if idx_cache_dir is None:
+            return np.frombuffer(storage.read_bytes(self.idx_name), np.uint8)
+        info = storage.stat(self.idx_name)
+        key = hashlib.sha256(f"{self.idx_url}\n{info.identity}".encode()).hexdigest()[:24]
+        path = os.path.join(os.fspath(idx_cache_dir), f"{key}-{self.idx_name}")
+        if not os.path.exists(path):
+            data = storage.read_bytes(self.idx_name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        if os.path.getsize(path) == 0:
+            return np.zeros(0, np.uint8)
+        return np.memmap(path, np.uint8, mode="r")
+
+    def __getstate__(self):
+        return {"path_prefix": self.path_prefix, "options": self._options, "settings": self._settings}
+
+    def __setstate__(self, state):
+        self.path_prefix = state["path_prefix"]
+        self._options = state["options"]
+        self._settings = state["settings"]
+        self._open(validate=False)
+
+    def __repr__(self):
+        return (
+            f"IndexedTokens({self.path_prefix!r}, sequences={len(self)}, documents={self.num_documents}, "
+            f"dtype={self.dtype}{', multimodal' if self.multimodal else ''})"
+        )
+
+    @staticmethod
+    def exists(prefix, storage_options: Mapping[str, Any] | None = None) -> bool:
+        storage, stem = split_prefix(prefix, storage_options)
+        return storage.exists(stem + ".idx") and storage.exists(stem + ".bin")
+
+    # ---- shape --------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.header.sequence_count
+
+    @property
+    def num_documents(self) -> int:
+        return self.document_indices.size - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.sequence_lengths.sum(dtype=np.int64))
+
+    @property
+    def is_local(self) -> bool:
+        return self._remote is None
+
+    def io_stats(self) -> dict[str, int]:
+        """Remote read counters (bytes_fetched, requests, cache_hits, cached_bytes); zeros when local."""
+        if self._remote is None:
+            return {"bytes_fetched": 0, "requests": 0, "cache_hits": 0, "cached_bytes": 0}
+        return self._remote.stats()
+
+    # ---- reads --------------------------------------------------------------------------------------------
+    def _seq_index(self, idx) -> int:
+        n = len(self)
+        i = int(idx)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sequence index {idx} out of range for {n} sequences in {self.idx_url}")
+        return i
+
+    def __getitem__(self, idx):
+        """Sequence `idx` (array; `(array, mode)` for multimodal datasets), or a list for a step-1 slice."""
+        if isinstance(idx, slice):
+            start, stop, step = idx.indices(len(self))
+            if step != 1:
+                raise ValueError("slices of a token dataset must be contiguous (step 1)")
+            ids = np.arange(start, max(start, stop), dtype=np.int64)
+            lengths = self.sequence_lengths[ids].astype(np.int64)
+            flat = self.get_many(ids, None, lengths)
+            parts = np.split(flat, np.cumsum(lengths)[:-1]) if ids.size else []
+            return (parts, self.sequence_modes[ids]) if self.multimodal else parts
+        if isinstance(idx, (int, np.integer)):
+            return self.get(idx)
+        raise TypeError(f"token dataset index must be an int or a slice, not {type(idx).__name__}")
+
+    def get(self, idx, offset: int = 0, length: int | None = None):
+        """`length` tokens of sequence `idx` from token `offset` (to its end when None); zero-copy locally."""
+        i = self._seq_index(idx)
+        seq_len = int(self.sequence_lengths[i])
+        if length is None:
+            length = seq_len - offset
+        if offset < 0 or length < 0 or offset + length > seq_len:
+            raise IndexError(
+                f"piece [{offset}, {offset + length}) outside sequence {i} of length {seq_len} in {self.idx_url}"
+            )
+        if self._tokens is not None:
+            start = int(self.sequence_pointers[i]) // self.dtype.itemsize + offset
+            out = self._tokens[start : start + length]
+        else:
+            out = self.get_many(np.array([i]), np.array([offset]), np.array([length]))
+        return (out, self.sequence_modes[i]) if self.multimodal else out
+
+    def get_many(self, seq_ids, offsets=None, lengths=None, out: np.ndarray | None = None) -> np.ndarray:
+        """Gather many pieces in one call: piece k is tokens [offsets[k], offsets[k]+lengths[k]) of sequence
+        seq_ids[k] (offsets default 0, lengths default to the sequence end). Returns the pieces concatenated
+        in order as one 1-D array of `dtype`, written into `out` (at least sum(lengths) long) when given."""
+        ids = np.asarray(seq_ids, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if ids.size and ((ids < -n).any() or (ids >= n).any()):
+            bad = ids[(ids < -n) | (ids >= n)][0]
+            raise IndexError(f"sequence index {bad} out of range for {n} sequences in {self.idx_url}")
+        ids = np.where(ids < 0, ids + n, ids)
+        seq_len = self.sequence_lengths[ids].astype(np.int64)
+        offs = np.zeros(ids.size, np.int64) if offsets is None else _broadcast(offsets, ids.size, "offsets")
+        lens = seq_len - offs if lengths is None else _broadcast(lengths, ids.size, "lengths")
+        bad = (offs < 0) | (lens < 0) | (offs + lens > seq_len)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise IndexError(
+                f"piece {k}: tokens [{offs[k]}, {offs[k] + lens[k]}) outside sequence {ids[k]} "
+                f"of length {seq_len[k]} in {self.idx_url}"
+            )
+        total = int(lens.sum())
+        if out is None:
+            out = np.empty(total, self.dtype)
+        else:
+            if out.dtype != self.dtype or out.ndim != 1 or out.size < total or not out.flags.c_contiguous:
+                raise ValueError(
+                    f"out must be a contiguous 1-D {self.dtype} array of at least {total} tokens, "
+                    f"got {out.dtype} shape {out.shape}"
+                )
+            out = out[:total]
+        if total == 0:
+            return out
+        starts = self.sequence_pointers[ids] // self.dtype.itemsize + offs
+        dest = np.zeros(ids.size, np.int64)
+        np.cumsum(lens[:-1], out=dest[1:])
+        if self._tokens is not None:
+            _gather_local(self._tokens, starts, lens, dest, out)
+        else:
+            size = self.dtype.itemsize
+            self._remote.read_into(starts * size, lens * size, out.view(np.uint8), dest * size)
+        return out
+
+    def document_sequences(self, doc) -> tuple[int, int]:
+        """The [first, last) sequence ids of document `doc`."""
+        d = int(doc)
+        if not 0 <= d < self.num_documents:
+            raise IndexError(
+                f"document {doc} out of range for {self.num_documents} documents in {self.idx_url}"
+            )
+        return int(self.document_indices[d]), int(self.document_indices[d + 1])
+
+    def document_lengths(self) -> np.ndarray:
+        """Tokens per document (int64)."""
+        csum = np.zeros(len(self) + 1, np.int64)
+        np.cumsum(self.sequence_lengths, out=csum[1:])
+        return csum[self.document_indices[1:]] - csum[self.document_indices[:-1]]
+
+
+def _broadcast(values, n: int, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.int64).reshape(-1)
+    if arr.size == 1 and n != 1:
+        return np.full(n, arr[0], np.int64)
+    if arr.size != n:
+        raise ValueError(f"{name} has {arr.size} entries for {n} pieces")
+    return arr
+
+
+def _gather_local(tokens: np.ndarray, starts, lens, dest, out) -> None:
+    """Copy token pieces out of a memory-mapped array: slice copies for long pieces, fancy indexing in
+    bounded chunks for many short ones."""
+    n = starts.size
+    total = out.size
+    if total >= 64 * n:
+        for s, ln, d in zip(starts.tolist(), lens.tolist(), dest.tolist()):
+            out[d : d + ln] = tokens[s : s + ln]
+        return
+    shift = np.repeat(starts - dest, lens)
+    for a in range(0, total, _TAKE_CHUNK):
+        b = min(total, a + _TAKE_CHUNK)
+        idx = shift[a:b] + np.arange(a, b, dtype=np.int64)
+        np.take(tokens, idx, out=out[a:b])

@@ -1,0 +1,67 @@
+"""Arrow tables over a token dataset's index, for polars and DuckDB (`energon-arrow query` on token data).
+
+`document_table(ds)`: one row per document (document, first_sequence, sequences, tokens, byte_offset,
+byte_length). `sequence_table(ds)`: one row per sequence (sequence, document, length, pointer[, mode]).
+`token_sql(ds, sql)` runs SQL with both registered as the views `documents` and `sequences`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from energon_arrow.tokens.indexed import IndexedTokens
+
+
+def _open(ds, storage_options=None) -> IndexedTokens:
+    return ds if isinstance(ds, IndexedTokens) else IndexedTokens(ds, storage_options)
+
+
+def document_table(ds, storage_options=None) -> pa.Table:
+    """Per-document lengths and byte extents (int64 columns) of a dataset or prefix."""
+    ds = _open(ds, storage_options)
+    di = np.asarray(ds.document_indices, np.int64)
+    first, last = di[:-1], di[1:]
+    tokens = ds.document_lengths()
+    ptr_ext = np.append(np.asarray(ds.sequence_pointers, np.int64), ds.num_tokens * ds.dtype.itemsize)
+    return pa.table(
+        {
+            "document": pa.array(np.arange(first.size, dtype=np.int64)),
+            "first_sequence": pa.array(first),
+            "sequences": pa.array(last - first),
+            "tokens": pa.array(tokens),
+            "byte_offset": pa.array(ptr_ext[first]),
+            "byte_length": pa.array(tokens * ds.dtype.itemsize),
+        }
+    )
+
+
+def sequence_table(ds, storage_options=None) -> pa.Table:
+    """Per-sequence rows: sequence id, owning document, length (tokens), pointer (bytes), mode if multimodal."""
+    ds = _open(ds, storage_options)
+    n = len(ds)
+    di = np.asarray(ds.document_indices, np.int64)
+    document = np.repeat(np.arange(di.size - 1, dtype=np.int64), np.diff(di))
+    cols = {
+        "sequence": pa.array(np.arange(n, dtype=np.int64)),
+        "document": pa.array(document),
+        "length": pa.array(np.asarray(ds.sequence_lengths, np.int32)),
+        "pointer": pa.array(np.asarray(ds.sequence_pointers, np.int64)),
+    }
+    if ds.multimodal:
+        cols["mode"] = pa.array(np.asarray(ds.sequence_modes, np.int8))
+    return pa.table(cols)
+
+
+def token_sql(ds, sql: str, storage_options=None) -> pa.Table:
+    """Run DuckDB SQL over the views `documents` and `sequences` of a token dataset."""
+    import duckdb
+
+    ds = _open(ds, storage_options)
+    con = duckdb.connect(config={"autoinstall_known_extensions": False})
+    try:
+        con.register("documents", document_table(ds))
+        con.register("sequences", sequence_table(ds))
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
