@@ -11,6 +11,18 @@ from energon_arrow.cli.common import storage_options
 from energon_arrow.cli.main import CliError
 
 
+def token_prefix(dataset: str, options: dict) -> str | None:
+    """The prefix of a Megatron token dataset (`PREFIX`, `PREFIX.idx` or `PREFIX.bin`), else None."""
+    from energon_arrow.adapters import open_storage
+
+    prefix = dataset[:-4] if dataset.endswith((".idx", ".bin")) else dataset
+    parent, _, name = prefix.rstrip("/").rpartition("/")
+    if not name:
+        return None
+    storage = open_storage(parent or os.getcwd(), options)
+    return prefix if storage.exists(name + ".idx") and not storage.isdir(name) else None
+
+
 def write_output(target: str, data: bytes, options: dict) -> None:
     """Write `data` to a local path or URL atomically (temporary name, then publish)."""
     from energon_arrow.adapters import open_storage
@@ -44,14 +56,23 @@ def write_output(target: str, data: bytes, options: dict) -> None:
 def command(dataset, sql, fmt, output, max_rows, no_verify, split_config, storage_options):
     """Run read-only DuckDB SQL over DATASET's views: samples, parts, shards, sample_parts, part_types, splits,
     excluded, split_samples. Example: energon-arrow query /data/ds "SELECT shard_id, count(*) FROM samples
-    GROUP BY ALL"."""
-    from energon_arrow.query import open_dataset
+    GROUP BY ALL". For a Megatron token dataset (DATASET = PREFIX of PREFIX.bin/.idx) the views are
+    documents(document, first_sequence, sequences, tokens, byte_offset, byte_length) and
+    sequences(sequence, document, length, pointer[, mode])."""
     from energon_arrow.query.export import BINARY_FORMATS, render
 
     if fmt in BINARY_FORMATS and output is None and sys.stdout.isatty():
         raise CliError(f"--format {fmt} writes binary data: give --output FILE or redirect stdout")
-    with open_dataset(dataset, storage_options, verify=not no_verify, split_config=split_config) as ds:
-        table = ds.sql(sql).arrow()
+    prefix = token_prefix(dataset, storage_options)
+    if prefix is not None:
+        from energon_arrow.tokens.table import token_sql
+
+        table = token_sql(prefix, sql, storage_options)
+    else:
+        from energon_arrow.query import open_dataset
+
+        with open_dataset(dataset, storage_options, verify=not no_verify, split_config=split_config) as ds:
+            table = ds.sql(sql).arrow()
     data = render(table, fmt, max_rows=max_rows)
     if output is None:
         sys.stdout.buffer.write(data)

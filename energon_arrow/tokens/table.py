@@ -54,14 +54,25 @@ def sequence_table(ds, storage_options=None) -> pa.Table:
 
 
 def token_sql(ds, sql: str, storage_options=None) -> pa.Table:
-    """Run DuckDB SQL over the views `documents` and `sequences` of a token dataset."""
+    """Run read-only DuckDB SQL over the views `documents` and `sequences` of a token dataset (the same
+    read-only contract as the WebDataset catalog: only reads, no file access, locked configuration)."""
     import duckdb
 
+    from energon_arrow.query.catalog import DUCKDB_CONFIG
+    from energon_arrow.query.guard import check_read_only, explain_error
+
     ds = _open(ds, storage_options)
-    con = duckdb.connect(config={"autoinstall_known_extensions": False})
+    views = {"documents": document_table(ds), "sequences": sequence_table(ds)}
+    con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
     try:
-        con.register("documents", document_table(ds))
-        con.register("sequences", sequence_table(ds))
-        return con.sql(sql).to_arrow_table()
+        for name, table in views.items():
+            con.register(name, table)
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        check_read_only(con, sql)
+        try:
+            return con.sql(sql).to_arrow_table()
+        except duckdb.Error as exc:
+            raise explain_error(exc, sql, {n: t.column_names for n, t in views.items()}) from None
     finally:
         con.close()

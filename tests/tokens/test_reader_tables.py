@@ -50,3 +50,36 @@ def test_sequence_table_and_sql(local_root):
     hist = token_sql(prefix, "select mode, sum(length) as tokens from sequences group by mode order by mode")
     assert hist.to_pylist() == [{"mode": 0, "tokens": 3}, {"mode": 1, "tokens": 5}, {"mode": 2, "tokens": 1}]
     assert np.asarray(s["length"]).dtype == np.int32
+
+
+def test_token_sql_is_read_only_and_explains_errors(local_root):
+    import pytest
+
+    from energon_arrow.query.errors import QueryError, ReadOnlyError
+
+    prefix = put(open_storage(local_root[0]), "r", EXAMPLE)
+    with pytest.raises(ReadOnlyError, match="COPY"):
+        token_sql(prefix, "COPY documents TO '/tmp/x.csv'")
+    with pytest.raises(QueryError, match="available views: documents, sequences"):
+        token_sql(prefix, "select * from samples")
+    with pytest.raises(QueryError):
+        token_sql(prefix, "select * from read_csv('/etc/passwd')")
+
+
+def test_query_cli_on_token_dataset(local_root, capsys):
+    import json
+
+    from energon_arrow.cli.main import main
+
+    prefix = put(open_storage(local_root[0]), "c", EXAMPLE)
+    for target in (prefix, prefix + ".idx"):
+        main(
+            [
+                "query",
+                target,
+                "select count(*) as docs, sum(tokens) as tokens from documents",
+                "--format",
+                "json",
+            ]
+        )
+        assert json.loads(capsys.readouterr().out) == [{"docs": 3, "tokens": 9}]
