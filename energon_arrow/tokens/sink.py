@@ -71,6 +71,7 @@ class Sink:
         if self._tmp is None:  # S3: abort the multipart upload
             with contextlib.suppress(Exception):
                 self._file.discard()
+            self._file.closed = True  # s3fs's discard leaves the file "open": its __del__ would try to flush
             return
         with contextlib.suppress(Exception):
             self._file.close()
