@@ -1,0 +1,1 @@
+"""The high-throughput loader for prepared WebDatasets and the shared host-to-device transfer stage."""

@@ -1,0 +1,133 @@
+"""Turn the parts of one sample into a sample object, the way its dataset.yaml says.
+
+Three kinds of dataset.yaml: a typed sample (`sample_type` + `field_map`), `CrudeWebdataset` (part dict handed to
+a cooker chosen by subflavors), and the legacy `sample_loader: file.py:function` (+ optional `part_filter`), whose
+code runs only for local datasets or with `trust_remote_code=True`.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from energon_arrow.adapters import Storage
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.meta import DatasetYaml
+from energon_arrow.samples.decoders import PartDecoder
+from energon_arrow.samples.fieldmap import FieldMap
+from energon_arrow.samples.types import CrudeSample, required_fields, resolve_sample_type, sample_fields
+
+DATASET_YAML = ".nv-meta/dataset.yaml"  # for messages
+
+
+def load_dataset_code(storage: Storage, spec: str, trust_remote_code: bool, where: str):
+    """`file.py:function` next to dataset.yaml -> the function. Remote code runs only when trusted."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise LoaderError(f"{where}: expected 'file.py:function', got {spec!r}")
+    file, func = spec.rsplit(":", 1)
+    rel = f".nv-meta/{file}"
+    if not storage.is_local and not trust_remote_code:
+        raise LoaderError(
+            f"{storage.url_of(rel)}: dataset ships code ({spec}); remote code is not executed unless you pass "
+            f"trust_remote_code=True"
+        )
+    source = storage.read_text(rel)
+    module = types.ModuleType(f"energon_arrow_dataset_code_{abs(hash(storage.url_of(rel)))}")
+    module.__file__ = storage.url_of(rel)
+    exec(compile(source, storage.url_of(rel), "exec"), module.__dict__)
+    if not hasattr(module, func):
+        raise LoaderError(f"{storage.url_of(rel)}: defines no function {func!r}")
+    return getattr(module, func)
+
+
+class SampleBuilder:
+    """Builds one sample from (key, parts) for a given dataset.yaml; decoding happens here, per needed part."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        config: DatasetYaml,
+        decoder: PartDecoder,
+        subflavors: dict | None = None,
+        trust_remote_code: bool = False,
+    ):
+        self.where = storage.url_of(DATASET_YAML)
+        self.decoder = decoder
+        self.subflavors = {**(config.subflavors or {}), **(subflavors or {})} or None
+        self.field_map = None
+        self.sample_loader = None
+        self.part_filter = None
+        if config.crude:
+            self.sample_cls = CrudeSample
+            self.part_filter = _crude_part_filter(config.part_filter, self.where)
+        else:
+            self.sample_cls = resolve_sample_type(config.sample_type, config.sample_type_module, self.where)
+            if config.sample_loader:
+                self.sample_loader = load_dataset_code(
+                    storage, config.sample_loader, trust_remote_code, self.where
+                )
+                if config.part_filter:
+                    self.part_filter = load_dataset_code(
+                        storage, config.part_filter, trust_remote_code, self.where
+                    )
+            else:
+                self.field_map = FieldMap(config.field_map or {}, self.where)
+                self.field_map.check_fields(
+                    self.sample_cls, sample_fields(self.sample_cls), required_fields(self.sample_cls)
+                )
+        self.crude = self.sample_cls is CrudeSample
+
+    def _decode(self, part: str, data, shard: str, key: str) -> Any:
+        from energon_arrow.loader.errors import DecodeError
+
+        try:
+            return self.decoder.decode(part, data)
+        except Exception as exc:
+            raise DecodeError(shard, key, part, exc) from exc
+
+    def build(self, key: str, parts: dict, shard: str, sample_index: int) -> Any:
+        restore = ("Webdataset", shard, int(sample_index))
+        if self.field_map is not None:
+            chosen = self.field_map.choose(parts, shard, key)
+            decoded: dict[str, Any] = {}
+            fields = {}
+            for name, ref in chosen.items():
+                if ref.part not in decoded:
+                    decoded[ref.part] = self._decode(ref.part, parts[ref.part], shard, key)
+                fields[name] = ref.resolve(decoded[ref.part], shard, key) if ref.path else decoded[ref.part]
+            return self.sample_cls(
+                __key__=key, __restore_key__=restore, __subflavors__=self.subflavors, **fields
+            )
+        raw = {
+            part: self._decode(part, data, shard, key)
+            for part, data in parts.items()
+            if self.part_filter is None or self.part_filter(part)
+        }
+        raw.update(__key__=key, __restore_key__=restore, __subflavors__=self.subflavors)
+        if self.crude:
+            return CrudeSample(raw)
+        fields = self.sample_loader(raw)
+        if not isinstance(fields, dict):
+            raise LoaderError(
+                f"{self.where}: sample_loader returned {type(fields).__name__}, expected a dict"
+            )
+        fields.setdefault("__key__", key)
+        fields.setdefault("__restore_key__", restore)
+        fields.setdefault("__subflavors__", self.subflavors)
+        try:
+            return self.sample_cls(**fields)
+        except TypeError as exc:
+            raise LoaderError(
+                f"{self.where}: sample_loader output does not fit {self.sample_cls.__name__}: {exc}"
+            ) from None
+
+
+def _crude_part_filter(spec, where: str):
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        spec = [spec]
+    if isinstance(spec, list) and all(isinstance(s, str) for s in spec):
+        wanted = frozenset(spec)
+        return lambda part: part in wanted or part.rsplit(".", 1)[-1] in wanted
+    raise LoaderError(f"{where}: part_filter must be a part name or a list of part names, got {spec!r}")

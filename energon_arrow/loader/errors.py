@@ -1,0 +1,27 @@
+"""Errors of the loader and sample layer. Every message names the dataset file, shard, key or part at fault."""
+
+from __future__ import annotations
+
+
+class LoaderError(Exception):
+    """Bad configuration or bad input found while setting up or running the loader."""
+
+
+class StaleIndexError(LoaderError):
+    """A shard changed (size / etag / mtime) since the dataset was prepared."""
+
+
+class DecodeError(LoaderError):
+    """A part could not be decoded; names the shard, the sample key and the part."""
+
+    def __init__(self, shard: str, key: str, part: str, cause: BaseException | str):
+        self.shard, self.key, self.part = shard, key, part
+        super().__init__(f"{shard}: sample {key!r}: part {part!r} could not be decoded: {cause}")
+
+
+class MissingPartError(LoaderError):
+    """The field map names a part the sample does not have."""
+
+
+class ErrorBudgetExceeded(LoaderError):
+    """More samples failed than the configured error budget allows."""

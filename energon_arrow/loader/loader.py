@@ -1,0 +1,117 @@
+"""`Loader`: iterates a `BatchDataset` through torch DataLoader workers, keeps an exact, plain resume state, and
+optionally hands batches to a device through the pinned transfer stage.
+
+State: `{"version", "next_batch", "settings": {...}}` - JSON-able, no sample data. The batch sequence depends only
+on the settings (seed, global batch size, ...), so a state saved with W ranks x K workers resumes exactly with any
+other W' x K' as long as the global batch size is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from energon_arrow.loader.dataset import BatchDataset
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.transfer import iter_to_device
+
+STATE_VERSION = 1
+
+
+def distributed_rank_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """Rank and world size: given values, else the initialised torch.distributed process group, else (0, 1)."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return (rank or 0), (world_size or 1)
+
+
+class Loader:
+    def __init__(
+        self,
+        dataset: BatchDataset,
+        num_workers: int = 2,
+        prefetch_factor: int = 2,
+        device: str | torch.device | None = "cpu",
+        timeout: float = 0,
+    ):
+        if num_workers < 0:
+            raise LoaderError(f"num_workers must be >= 0, got {num_workers}")
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.device = device
+        self.timeout = timeout
+        self.next_batch = 0
+        self.skipped = 0
+        self._iterating = False
+
+    def __len__(self) -> int:
+        """Batches this rank yields in one pass (finite streams only)."""
+        total = self.dataset.total_batches()
+        if total is None:
+            raise TypeError("an endless (repeat=True) loader has no length")
+        return sum(1 for b in range(self.next_batch, total) if self.dataset.plan(b, self.dataset._caches()))
+
+    def _batches(self) -> Iterator[Any]:
+        self.dataset.start_batch = self.next_batch
+        kwargs: dict[str, Any] = {}
+        if self.num_workers > 0:
+            kwargs = dict(
+                num_workers=self.num_workers,
+                prefetch_factor=self.prefetch_factor,
+                timeout=self.timeout,
+                multiprocessing_context="fork"
+                if "fork" in torch.multiprocessing.get_all_start_methods()
+                else None,
+            )
+        dl = torch.utils.data.DataLoader(self.dataset, batch_size=None, **kwargs)
+        expected = self.next_batch
+        for b, skipped, batch in dl:
+            if b < expected:
+                raise LoaderError(f"internal: batch {b} delivered after batch {expected - 1}")
+            expected = b + 1
+            self.next_batch = b + 1
+            self.skipped = max(self.skipped, skipped)
+            yield batch
+        total = self.dataset.total_batches()
+        if total is not None:
+            self.next_batch = max(self.next_batch, total)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._iterating:
+            raise LoaderError("this loader is already being iterated")
+        self._iterating = True
+        try:
+            yield from iter_to_device(self._batches(), self.device)
+        finally:
+            self._iterating = False
+
+    # ---- state -------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "version": STATE_VERSION,
+            "next_batch": int(self.next_batch),
+            "settings": self.dataset.settings.fingerprint(),
+            "sources": [len(s) for s in self.dataset.sources],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise LoaderError(f"not a loader state of version {STATE_VERSION}: {state!r:.200}")
+        ours = self.dataset.settings.fingerprint()
+        if state["settings"] != ours:
+            diff = {
+                k: (state["settings"].get(k), v) for k, v in ours.items() if state["settings"].get(k) != v
+            }
+            raise LoaderError(f"loader state was saved with different settings (saved, now): {diff}")
+        if state["sources"] != [len(s) for s in self.dataset.sources]:
+            raise LoaderError(
+                f"loader state was saved for datasets of {state['sources']} samples, these have "
+                f"{[len(s) for s in self.dataset.sources]}"
+            )
+        self.next_batch = int(state["next_batch"])

@@ -1,0 +1,159 @@
+"""Host-to-device transfer stage shared by every loader (WebDataset loader, Nanoset token loader).
+
+`DeviceTransfer` takes batches that are nested dicts / lists / tuples of tensors (other leaves pass through
+untouched) and hands them back on the target device.
+
+- With CUDA available (and a CUDA target device): each batch is copied into a *preallocated pinned* host buffer
+  set (allocated on first use per batch layout, reused afterwards), then copied to the GPU with
+  `non_blocking=True` on a side stream. `depth` buffer sets rotate (double-buffered by default), so the copy of
+  batch i+1 overlaps the consumer's compute on batch i. The consumer stream waits on the copy event before the
+  batch is returned, and the device tensors are `record_stream`-ed so the caching allocator never recycles them
+  early.
+- Without CUDA (or with a CPU target): the same iterator protocol runs without pinning, streams or warnings; the
+  batches are returned as they are (already on the host).
+
+`iter_to_device(batches, device)` wraps an iterator with `depth` batches in flight.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+
+def _leaves(obj: Any, out: list[torch.Tensor]) -> None:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _leaves(v, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _leaves(v, out)
+
+
+def _rebuild(obj: Any, it: Iterator[torch.Tensor]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return next(it)
+    if isinstance(obj, dict):
+        rebuilt = {k: _rebuild(v, it) for k, v in obj.items()}
+        return rebuilt if type(obj) is dict else type(obj)(rebuilt)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_rebuild(v, it) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_rebuild(v, it) for v in obj)
+    return obj
+
+
+def tensor_leaves(obj: Any) -> list[torch.Tensor]:
+    """All tensors in a nested dict/list/tuple, depth first, in insertion order."""
+    out: list[torch.Tensor] = []
+    _leaves(obj, out)
+    return out
+
+
+def replace_leaves(obj: Any, tensors: Iterable[torch.Tensor]) -> Any:
+    """`obj` with its tensor leaves replaced, in `tensor_leaves` order, by `tensors`."""
+    return _rebuild(obj, iter(tensors))
+
+
+def cuda_target(device: str | torch.device | None) -> torch.device | None:
+    """The CUDA device to copy to, or None when batches stay on the host (no CUDA, or a CPU target)."""
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {dev} requested but CUDA is not available on this machine")
+    return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+class _PinnedSet:
+    """One set of pinned host buffers for one batch layout (shapes + dtypes of the tensor leaves)."""
+
+    def __init__(self, layout: tuple):
+        self.layout = layout
+        self.buffers = [torch.empty(shape, dtype=dtype, pin_memory=True) for shape, dtype in layout]
+        self.event: torch.cuda.Event | None = None
+
+
+class DeviceTransfer:
+    """Copies nested tensor batches host -> device through rotating pinned buffers on a side stream."""
+
+    def __init__(self, device: str | torch.device | None = None, depth: int = 2):
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self.device = cuda_target(device)
+        self.depth = depth
+        self._sets: list[_PinnedSet | None] = [None] * depth
+        self._slot = 0
+        self._stream = torch.cuda.Stream(device=self.device) if self.device is not None else None
+
+    @property
+    def enabled(self) -> bool:
+        """True when batches are really copied to a GPU (pinned, side stream)."""
+        return self.device is not None
+
+    def _pinned_for(self, layout: tuple) -> _PinnedSet:
+        slot = self._slot
+        self._slot = (slot + 1) % self.depth
+        current = self._sets[slot]
+        if current is not None and current.event is not None:
+            current.event.synchronize()  # the copy that last used this slot has finished reading it
+        if current is None or current.layout != layout:
+            current = _PinnedSet(layout)
+            self._sets[slot] = current
+        return current
+
+    def start(self, batch: Any) -> Any:
+        """Begin the copy of `batch`; returns a handle for `finish`. On the host path the handle is the batch."""
+        if self.device is None:
+            return batch
+        leaves = tensor_leaves(batch)
+        layout = tuple((tuple(t.shape), t.dtype) for t in leaves)
+        pinned = self._pinned_for(layout)
+        for buf, t in zip(pinned.buffers, leaves):
+            if t.is_pinned():
+                continue
+            buf.copy_(t)
+        srcs = [t if t.is_pinned() else buf for buf, t in zip(pinned.buffers, leaves)]
+        with torch.cuda.stream(self._stream):
+            outs = [s.to(self.device, non_blocking=True) for s in srcs]
+            pinned.event = torch.cuda.Event()
+            pinned.event.record(self._stream)
+        return batch, outs, pinned.event
+
+    def finish(self, handle: Any) -> Any:
+        """The batch on the target device; the current stream waits for its copy."""
+        if self.device is None:
+            return handle
+        batch, outs, event = handle
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(event)
+        for t in outs:
+            t.record_stream(current)
+        return replace_leaves(batch, outs)
+
+    def __call__(self, batch: Any) -> Any:
+        return self.finish(self.start(batch))
+
+
+def iter_to_device(
+    batches: Iterable[Any], device: str | torch.device | None = None, depth: int = 2
+) -> Iterator[Any]:
+    """Yield `batches` on `device`, keeping up to `depth` copies in flight ahead of the consumer."""
+    transfer = DeviceTransfer(device, depth)
+    if not transfer.enabled:
+        yield from batches
+        return
+    pending: collections.deque = collections.deque()
+    for batch in batches:
+        pending.append(transfer.start(batch))
+        if len(pending) >= depth:
+            yield transfer.finish(pending.popleft())
+    while pending:
+        yield transfer.finish(pending.popleft())

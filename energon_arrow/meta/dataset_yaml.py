@@ -1,0 +1,177 @@
+"""`.nv-meta/dataset.yaml`: which sample type the shards hold and how parts map to its fields.
+
+Three shapes (energon 7.4.1):
+- field map:     `{sample_type: {__module__: megatron.energon, __class__: X}, field_map: {field: "jpg", ...}}`
+- sample loader: `{sample_type: {...}, sample_loader: "sample_loader.py:sample_loader",
+                   part_filter: "sample_loader.py:part_filter"}` (code next to the yaml)
+- crude:         `{__module__: megatron.energon, __class__: CrudeWebdataset}` (+ optional subflavors, part_filter)
+
+API: `DatasetYaml` (fields `sample_type`, `field_map`, `sample_loader`, `part_filter`, `subflavors`, `crude`),
+`parse_dataset_yaml(text, where)`, `read_dataset_yaml(storage, name="dataset.yaml")`, `dataset_yaml_bytes(d)`,
+`field_map_dataset(type, field_map)`, `sample_loader_dataset(type)`, `crude_dataset()`,
+`check_sample_type(name)`, `parse_field_map(json_text)`, `field_map_parts(field_map)` (part names a field map
+reads: `"json[a][0]"` -> `json`, `"jpg,png"` -> `jpg`, `png`), `check_field_map(type, field_map, found_parts)`,
+and `sample_loader_py(type, parts)` (the template energon writes to `sample_loader.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from energon_arrow.meta._yaml import dump_yaml, parse_yaml
+from energon_arrow.meta.constants import DATASET_YAML, META_DIR
+from energon_arrow.meta.errors import MetaError
+from energon_arrow.meta.sample_types import ALL_TYPE_NAMES, CRUDE, SAMPLE_TYPES
+
+ENERGON_MODULE = "megatron.energon"
+SAMPLE_LOADER_REF = "sample_loader.py:sample_loader"
+PART_FILTER_REF = "sample_loader.py:part_filter"
+
+
+@dataclass
+class DatasetYaml:
+    sample_type: str | None = None  # class name; None for crude datasets
+    sample_type_module: str = ENERGON_MODULE
+    field_map: dict[str, str] | None = None
+    sample_loader: str | None = None
+    part_filter: str | list[str] | None = None
+    subflavors: dict | None = None
+    crude: bool = False
+    extra: dict = field(default_factory=dict)  # other keys, kept verbatim when rewriting
+
+
+def check_sample_type(name: str) -> str:
+    if name not in ALL_TYPE_NAMES:
+        raise MetaError(f"--sample-type {name!r}: unknown sample type; known: {', '.join(ALL_TYPE_NAMES)}")
+    return name
+
+
+def parse_field_map(text: str) -> dict[str, str]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MetaError(f"--field-map: invalid JSON at char {exc.pos}: {exc.msg}") from None
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
+        raise MetaError('--field-map: expected a JSON object of field -> part, like {"image": "jpg"}')
+    return raw
+
+
+def field_map_parts(value: str) -> list[str]:
+    """Part names one field_map value reads: alternatives split on ',', JSON paths `[..]` removed."""
+    return [option.split("[", 1)[0].strip() for option in value.split(",")]
+
+
+def check_field_map(sample_type: str, field_map: dict[str, str], found_parts=None) -> None:
+    """Fields must exist in the type, required fields must be mapped, mapped parts must exist in the data."""
+    fields = {f.name: f for f in SAMPLE_TYPES.get(sample_type, ())}
+    if sample_type == CRUDE:
+        raise MetaError("--field-map: CrudeWebdataset takes no field map (samples go to a cooker)")
+    unknown = [k for k in field_map if k not in fields]
+    if unknown:
+        raise MetaError(f"--field-map: {sample_type} has no field(s) {unknown}; fields: {sorted(fields)}")
+    missing = [f.name for f in fields.values() if f.required and f.name not in field_map]
+    if missing:
+        raise MetaError(f"--field-map: required field(s) {missing} of {sample_type} are not mapped")
+    if found_parts is not None:
+        found = set(found_parts)
+        for key, value in field_map.items():
+            parts = field_map_parts(value)
+            if not any(p in found for p in parts):
+                raise MetaError(
+                    f"--field-map: field {key!r} maps to part {value!r}, but the shards have only parts "
+                    f"{sorted(found)}"
+                )
+
+
+def field_map_dataset(sample_type: str, field_map: dict[str, str]) -> DatasetYaml:
+    return DatasetYaml(sample_type=check_sample_type(sample_type), field_map=dict(field_map))
+
+
+def sample_loader_dataset(sample_type: str) -> DatasetYaml:
+    return DatasetYaml(
+        sample_type=check_sample_type(sample_type),
+        sample_loader=SAMPLE_LOADER_REF,
+        part_filter=PART_FILTER_REF,
+    )
+
+
+def crude_dataset() -> DatasetYaml:
+    return DatasetYaml(crude=True)
+
+
+def parse_dataset_yaml(text: str, where: str = DATASET_YAML) -> DatasetYaml:
+    raw = parse_yaml(text, where)
+    if not isinstance(raw, dict):
+        raise MetaError(f"{where}: expected a mapping")
+    raw = dict(raw)
+    if raw.get("__class__") == CRUDE:
+        raw.pop("__module__", None)
+        raw.pop("__class__")
+        out = DatasetYaml(crude=True)
+    else:
+        st = raw.pop("sample_type", None)
+        if not isinstance(st, dict) or "__class__" not in st:
+            raise MetaError(f"{where}: 'sample_type' must be a mapping with __module__ and __class__")
+        out = DatasetYaml(sample_type=str(st["__class__"]), sample_type_module=str(st.get("__module__", "")))
+        fm = raw.pop("field_map", None)
+        if fm is not None and not isinstance(fm, dict):
+            raise MetaError(f"{where}: 'field_map' must be a mapping of field -> part")
+        out.field_map = None if fm is None else {str(k): str(v) for k, v in fm.items()}
+        out.sample_loader = raw.pop("sample_loader", None)
+        if out.field_map is None and out.sample_loader is None:
+            raise MetaError(f"{where}: needs a 'field_map' or a 'sample_loader'")
+    out.part_filter = raw.pop("part_filter", None)
+    out.subflavors = raw.pop("subflavors", None)
+    out.extra = raw
+    return out
+
+
+def read_dataset_yaml(storage, name: str = DATASET_YAML) -> DatasetYaml:
+    rel = f"{META_DIR}/{name}"
+    return parse_dataset_yaml(storage.read_text(rel), storage.url_of(rel))
+
+
+def dataset_yaml_bytes(d: DatasetYaml) -> bytes:
+    if d.crude:
+        obj: dict = {"__module__": ENERGON_MODULE, "__class__": CRUDE}
+    else:
+        obj = {"sample_type": {"__module__": d.sample_type_module, "__class__": d.sample_type}}
+        if d.field_map is not None:
+            obj["field_map"] = dict(d.field_map)
+        if d.sample_loader is not None:
+            obj["sample_loader"] = d.sample_loader
+    if d.part_filter is not None:
+        obj["part_filter"] = d.part_filter
+    if d.subflavors is not None:
+        obj["subflavors"] = d.subflavors
+    obj.update(d.extra)
+    return dump_yaml(obj)
+
+
+def sample_loader_py(sample_type: str, parts) -> bytes:
+    """A `sample_loader.py` template for `sample_type` whose part filter keeps `parts`."""
+    lines = [
+        "# This file was generated by `energon-arrow prepare`.",
+        "# TODO: edit it to return the proper fields.",
+        "",
+        "",
+        "def sample_loader(raw: dict) -> dict:",
+        "    # Images are already decoded to tensors. Set the values of all (required) fields.",
+        "    return dict(",
+    ]
+    for f in SAMPLE_TYPES[sample_type]:
+        hint = f"  # expected type: {f.type}" + ("" if f.required else f", default: {f.default}")
+        lines.append(f'        {f.name}=raw["TODO"],{hint}')
+    lines += [
+        "    )",
+        "",
+        "",
+        "def part_filter(part: str) -> bool:",
+        "    # Keep only the parts sample_loader reads, so the others are not decoded.",
+        f"    return part in {tuple(sorted(parts))!r}",
+        "",
+    ]
+    return "\n".join(lines).encode()

@@ -1,0 +1,185 @@
+"""`.nv-meta/split.yaml` and energon's rules for assigning whole shards to splits.
+
+Data:
+- `SplitConfig(split_parts: dict[name, list[shard]], exclude: list[str])` holds entries as written (brace
+  expressions allowed). `expanded()` returns a copy with every entry brace-expanded; `shards(part)` gives the
+  expanded shard list of one part minus excluded shards (energon's iteration order); `excluded_shards(shards)`
+  and `excluded_samples(shards) -> {shard: {key}}` split `exclude` into whole shards and
+  `"<shard>/<sample key>"` entries (pass the dataset's shard list to resolve shard paths containing `/`).
+- `parse_split(text, where)`, `read_split(storage, name="split.yaml")` (falls back to `split.json` like energon),
+  `split_yaml_bytes(config, collapse=True)` (energon's layout: `split_parts:` then `exclude:`; shard lists
+  brace-collapsed when `collapse`).
+
+Pure split arithmetic (energon 7.4.1 semantics):
+- `parse_split_ratio("8,1,1") -> [("train", 8.0), ("val", 1.0), ("test", 1.0)]`
+- `ratio_split(shards, ratios, shuffle_seed=None)`: normalise ratios, optionally shuffle with
+  `random.Random(seed)`, then contiguous slices ending at `int(n * cumulative_ratio)`.
+- `parse_split_parts(["train:regex", ...])` and `pattern_split(shards, patterns)`: each pattern is brace-expanded,
+  every piece is a regex `re.match`ed (anchored at the start only) against the relative shard path.
+  `unmatched_parts(result)` lists split names that received no shard (energon silently writes them empty).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+from energon_arrow.adapters import NotFound
+from energon_arrow.meta._yaml import dump_yaml, parse_json, parse_yaml
+from energon_arrow.meta.braces import collapse_names, expand_braces
+from energon_arrow.meta.constants import META_DIR, SPLIT_YAML
+from energon_arrow.meta.errors import MetaError
+
+DEFAULT_SPLIT_NAMES = ("train", "val", "test")
+
+
+@dataclass
+class SplitConfig:
+    split_parts: dict[str, list[str]]
+    exclude: list[str] = field(default_factory=list)
+
+    def expanded(self) -> SplitConfig:
+        return SplitConfig(
+            {
+                name: [s for e in entries for s in expand_braces(e)]
+                for name, entries in self.split_parts.items()
+            },
+            [s for e in self.exclude for s in expand_braces(e)],
+        )
+
+    def excluded_shards(self, shards=None) -> set[str]:
+        """Whole shards excluded: expanded entries naming a shard of `shards` (default: not `<x>.tar/<key>`)."""
+        known = None if shards is None else set(shards)
+        return {e for e in self.expanded().exclude if (e in known if known is not None else ".tar/" not in e)}
+
+    def excluded_samples(self, shards=None) -> dict[str, set[str]]:
+        """`"<shard>/<sample key>"` entries as shard -> excluded keys (the longest known shard prefix wins)."""
+        known = None if shards is None else set(shards)
+        out: dict[str, set[str]] = {}
+        for e in self.expanded().exclude:
+            if known is not None and e in known:
+                continue
+            cut = -1
+            for i in range(len(e) - 1, 0, -1):
+                if e[i] == "/" and (e[:i] in known if known is not None else e[:i].endswith(".tar")):
+                    cut = i
+                    break
+            if cut > 0:
+                out.setdefault(e[:cut], set()).add(e[cut + 1 :])
+        return out
+
+    def shards(self, part: str) -> list[str]:
+        """Expanded shard list of `part`, minus excluded entries (energon's WebdatasetMeta order)."""
+        if part not in self.split_parts:
+            raise MetaError(f"split part {part!r} not in split config (has {sorted(self.split_parts)})")
+        exp = self.expanded()
+        excluded = set(exp.exclude)
+        return [s for s in exp.split_parts[part] if s not in excluded]
+
+
+def parse_split(text: str, where: str = SPLIT_YAML, json_format: bool = False) -> SplitConfig:
+    raw = parse_json(text, where) if json_format else parse_yaml(text, where)
+    if not isinstance(raw, dict) or "split_parts" not in raw:
+        raise MetaError(f"{where}: expected a mapping with 'split_parts'")
+    unknown = set(raw) - {"split_parts", "exclude"}
+    if unknown:
+        raise MetaError(f"{where}: unknown keys {sorted(unknown)} (expected split_parts, exclude)")
+    parts = raw["split_parts"]
+    if not isinstance(parts, dict):
+        raise MetaError(f"{where}: 'split_parts' must map split names to lists of shards")
+    out: dict[str, list[str]] = {}
+    for name, entries in parts.items():
+        entries = [] if entries is None else entries
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise MetaError(f"{where}: split_parts[{name!r}] must be a list of shard paths")
+        out[str(name)] = list(entries)
+    exclude = raw.get("exclude") or []
+    if not isinstance(exclude, list) or not all(isinstance(e, str) for e in exclude):
+        raise MetaError(f"{where}: 'exclude' must be a list of shard paths or '<shard>/<sample key>' entries")
+    return SplitConfig(out, list(exclude))
+
+
+def read_split(storage, name: str = SPLIT_YAML) -> SplitConfig:
+    rel = f"{META_DIR}/{name}"
+    try:
+        return parse_split(storage.read_text(rel), storage.url_of(rel), json_format=name.endswith(".json"))
+    except NotFound:
+        if name != SPLIT_YAML:
+            raise
+    rel = f"{META_DIR}/split.json"
+    return parse_split(storage.read_text(rel), storage.url_of(rel), json_format=True)
+
+
+def split_yaml_bytes(config: SplitConfig, collapse: bool = True) -> bytes:
+    parts = {
+        name: (collapse_names(entries) if collapse else list(entries))
+        for name, entries in config.split_parts.items()
+    }
+    return dump_yaml({"split_parts": parts, "exclude": list(config.exclude)})
+
+
+def parse_split_ratio(text: str, names: tuple[str, ...] = DEFAULT_SPLIT_NAMES) -> list[tuple[str, float]]:
+    """`"8,1,1"` or `"0.8, 0.1, 0.1"` -> [(train, 8.0), (val, 1.0), (test, 1.0)]."""
+    try:
+        values = [float(x.strip()) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != len(names) or any(v < 0 or v != v for v in values) or sum(values) <= 0:
+        raise MetaError(
+            f"--split-ratio {text!r}: expected {len(names)} non-negative numbers with a positive sum, like 8,1,1"
+        )
+    return list(zip(names, values))
+
+
+def ratio_split(
+    shards: list[str], ratios: list[tuple[str, float]], shuffle_seed: int | None = None
+) -> dict[str, list[str]]:
+    """energon's ratio split: whole shards, contiguous slices of the (optionally shuffled) shard list."""
+    total = sum(r for _, r in ratios)
+    if total <= 0:
+        raise MetaError("split ratios must have a positive sum")
+    normalised = [(name, r / total) for name, r in ratios]
+    order = list(shards)
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(order)
+    result: dict[str, list[str]] = {}
+    cumulative = 0.0
+    start = 0
+    for name, r in normalised:
+        cumulative += r
+        end = int(len(order) * cumulative)
+        result[name] = order[start:end]
+        start = end
+    return result
+
+
+def parse_split_parts(specs: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
+    """`["train:shards/0.*", "val:shards/1.*"]` -> [(name, pattern)]; every regex piece is compiled to check it."""
+    out = []
+    for spec in specs:
+        name, sep, pattern = spec.partition(":")
+        if not sep or not name:
+            raise MetaError(f"--split-parts {spec!r}: expected NAME:REGEX, like train:shards/train-.*")
+        for piece in expand_braces(pattern):
+            try:
+                re.compile(piece)
+            except re.error as exc:
+                raise MetaError(
+                    f"--split-parts {spec!r}: invalid regex {piece!r} at position {exc.pos}: {exc.msg}"
+                ) from None
+        out.append((name, pattern))
+    return out
+
+
+def pattern_split(shards: list[str], patterns: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """energon's --split-parts: a shard joins every split with a regex that `re.match`es its path."""
+    result: dict[str, list[str]] = {}
+    for name, pattern in patterns:
+        compiled = [re.compile(p) for p in expand_braces(pattern)]
+        result[name] = [s for s in shards if any(c.match(s) for c in compiled)]
+    return result
+
+
+def unmatched_parts(split: dict[str, list[str]]) -> list[str]:
+    return [name for name, shards in split.items() if not shards]

@@ -1,0 +1,105 @@
+"""The DuckDB catalog of one dataset: a read-only connection with the dataset's views.
+
+Base tables are the side-index Parquet files, read in place by DuckDB (local files directly, remote stores through
+the Storage's fsspec filesystem) or, for an index converted in memory, the Arrow tables themselves (zero-copy).
+Derived views are plain SQL over those. After setup the connection has external access off except for the
+side-index folder, and its configuration is locked.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from energon_arrow.adapters import Storage
+from energon_arrow.index.schema import SIDE_INDEX_DIR
+
+DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+
+# name -> (description, SQL); the SQL may use the base views and `_split_shards` / `_exclude_entries`.
+DERIVED_VIEWS = {
+    "sample_parts": (
+        "every part with its sample key and shard path",
+        """SELECT p.shard_id, sh.path AS shard_path, p.sample_index, s.sample_key, p.part_name,
+                  p.content_offset, p.content_size
+           FROM parts p JOIN samples s USING (shard_id, sample_index) JOIN shards sh USING (shard_id)""",
+    ),
+    "part_types": (
+        "per part name: parts, samples having it, total/min/avg/max bytes",
+        """SELECT part_name, count(*) AS parts, count(DISTINCT (shard_id, sample_index)) AS samples,
+                  sum(content_size)::BIGINT AS total_bytes, min(content_size) AS min_bytes,
+                  avg(content_size) AS avg_bytes, max(content_size) AS max_bytes
+           FROM parts GROUP BY part_name ORDER BY part_name""",
+    ),
+    "splits": (
+        "split.yaml: one row per (split, shard) in split order, with whether the shard is excluded",
+        "SELECT * FROM _split_shards",
+    ),
+    "excluded": (
+        "split.yaml `exclude` entries (expanded), their kind, and whether they match a shard or sample",
+        """SELECT e.entry, e.kind, e.shard_id, e.path, e.sample_key,
+                  CASE WHEN e.kind = 'shard' THEN true
+                       ELSE EXISTS (SELECT 1 FROM samples s
+                                    WHERE s.shard_id = e.shard_id AND s.sample_key = e.sample_key) END AS matched
+           FROM _exclude_entries e""",
+    ),
+    "split_samples": (
+        "the effective samples of every split (excluded shards and samples removed), in iteration order",
+        """SELECT sp.split, sp.position AS shard_position, s.shard_id, sp.path AS shard_path, s.sample_index,
+                  s.sample_key, s.byte_offset, s.byte_size
+           FROM _split_shards sp JOIN samples s ON s.shard_id = sp.shard_id
+           WHERE NOT sp.excluded
+             AND NOT EXISTS (SELECT 1 FROM _exclude_entries e
+                             WHERE e.kind = 'sample' AND e.shard_id = s.shard_id AND e.sample_key = s.sample_key)""",
+    ),
+}
+
+BASE_VIEWS = {
+    "samples": "one row per sample: shard_id, sample_index, sample_key, byte_offset, byte_size",
+    "parts": "one row per part: shard_id, sample_index, part_name, content_offset, content_size",
+    "shards": "one row per tar shard: shard_id, path, sample_count, size, mtime, etag, data_end",
+}
+
+
+def _duckdb_url(storage: Storage, rel: str) -> str:
+    return storage.local_path(rel) if storage.is_local else storage.url_of(rel)
+
+
+def connect(
+    storage: Storage,
+    base: dict[str, pa.Table | None],
+    splits: pa.Table,
+    excludes: pa.Table,
+) -> duckdb.DuckDBPyConnection:
+    """A locked, read-only connection with every view. `base[name]` None = read `.nv-meta/arrow/{name}.parquet`."""
+    con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
+    reads_files = any(t is None for t in base.values())
+    if reads_files and not storage.is_local:
+        con.register_filesystem(storage.fs)
+    for name, table in base.items():
+        if table is None:
+            url = _duckdb_url(storage, f"{SIDE_INDEX_DIR}/{name}.parquet").replace("'", "''")
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{url}')")
+        else:
+            con.register(name, table)
+    con.register("_split_shards", splits)
+    con.register("_exclude_entries", excludes)
+    for name, (_, sql) in DERIVED_VIEWS.items():
+        con.execute(f"CREATE VIEW {name} AS {sql}")
+    allowed = []
+    if reads_files:
+        folder = _duckdb_url(storage, SIDE_INDEX_DIR).rstrip("/") + "/"
+        allowed = [folder]
+        if "://" in folder:
+            scheme, rest = folder.split("://", 1)
+            allowed.append(f"{scheme}:///{rest}")
+    quoted = ", ".join("'" + a.replace("'", "''") + "'" for a in allowed)
+    con.execute(f"SET allowed_directories = [{quoted}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def view_columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
+    """Public view name -> column names."""
+    return {name: con.sql(f"SELECT * FROM {name} LIMIT 0").columns for name in (*BASE_VIEWS, *DERIVED_VIEWS)}

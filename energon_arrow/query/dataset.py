@@ -1,0 +1,221 @@
+"""`open_dataset`: a prepared dataset as SQL views, polars frames and split tables."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from energon_arrow.adapters import Storage, open_storage
+from energon_arrow.meta.info import read_info
+from energon_arrow.meta.split import read_split
+from energon_arrow.query import catalog
+from energon_arrow.query.errors import QueryError
+from energon_arrow.query.guard import check_read_only, explain_error
+from energon_arrow.query.result import QueryResult
+from energon_arrow.query.sideindex import load_side_index, verify_shards
+from energon_arrow.query.splits import split_tables
+
+SPLIT_COLUMNS = ["shard_id", "shard_path", "sample_index", "sample_key", "byte_offset", "byte_size"]
+
+
+class Dataset:
+    """A prepared dataset (ours or energon's) opened for queries. Build it with `open_dataset`.
+
+    Views: samples, parts, shards (the side index), sample_parts, part_types, splits, excluded, split_samples.
+    """
+
+    def __init__(
+        self, storage: Storage, *, verify: bool = True, split_config: str = "split.yaml", publish: bool = True
+    ):
+        self.storage = storage
+        self.info = read_info(storage)
+        side = load_side_index(storage, publish=publish)
+        self.index_source = side.source
+        if verify:
+            verify_shards(storage, side.tables["shards"], list(self.info.shard_counts))
+        self.split_config_name = split_config
+        self.split_config = read_split(storage, split_config)
+        splits, excludes = split_tables(
+            self.split_config, list(self.info.shard_counts), storage.url_of(f".nv-meta/{split_config}")
+        )
+        in_place = side.source in ("parquet", "index.sqlite (converted, published)")
+        base = {name: (None if in_place else table) for name, table in side.tables.items()}
+        self._lock = threading.Lock()
+        self._con = catalog.connect(storage, base, splits, excludes)
+        self._columns: dict[str, list[str]] | None = None
+
+    # ---- introspection ------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self.storage.url
+
+    @property
+    def views(self) -> dict[str, list[str]]:
+        """Every queryable view and its columns."""
+        if self._columns is None:
+            with self._lock:
+                self._columns = catalog.view_columns(self._con)
+        return self._columns
+
+    @property
+    def split_names(self) -> list[str]:
+        return list(self.split_config.split_parts)
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset({self.url!r}, shards={len(self.info.shard_counts)}, samples={self.info.total_samples})"
+        )
+
+    # ---- SQL ----------------------------------------------------------------------------------------------
+    def sql(self, query: str, params: Any = None, tables: dict[str, Any] | None = None) -> QueryResult:
+        """Run read-only DuckDB SQL over the dataset's views. `params` binds `?`/`$name` placeholders; `tables`
+        adds Arrow tables / polars or pandas frames as extra views for this query only."""
+        with self._lock:
+            check_read_only(self._con, query)
+            con = self._con
+            names = list(tables or {})
+            try:
+                for name, value in (tables or {}).items():
+                    con.register(name, value)
+                return QueryResult(con.sql(query, params=params).to_arrow_table(), query)
+            except duckdb.Error as exc:
+                self._columns = self._columns or catalog.view_columns(con)
+                raise explain_error(exc, query, self._columns) from None
+            finally:
+                for name in names:
+                    con.unregister(name)
+
+    def _internal(self, query: str, params: Any = None) -> pa.Table:
+        with self._lock:
+            return self._con.sql(query, params=params).to_arrow_table()
+
+    # ---- frames -------------------------------------------------------------------------------------------
+    def _frame(self, name: str):
+        import polars as pl
+
+        return pl.from_arrow(self._internal(f"SELECT * FROM {name}")).lazy()
+
+    @property
+    def samples(self):
+        """The samples view as a polars LazyFrame."""
+        return self._frame("samples")
+
+    @property
+    def parts(self):
+        """The parts view as a polars LazyFrame."""
+        return self._frame("parts")
+
+    @property
+    def shards(self):
+        """The shards view as a polars LazyFrame."""
+        return self._frame("shards")
+
+    # ---- splits -------------------------------------------------------------------------------------------
+    def _check_split(self, name: str) -> None:
+        if name not in self.split_config.split_parts:
+            raise QueryError(
+                f"{self.storage.url_of('.nv-meta/' + self.split_config_name)}: no split {name!r} "
+                f"(splits: {', '.join(self.split_names) or 'none'})"
+            )
+
+    def split(self, name: str) -> pa.Table:
+        """The effective samples of split `name` in energon's iteration order: the split's shards in split.yaml
+        order minus excluded shards, each shard's samples by sample_index minus excluded samples.
+
+        Columns: shard_id int32, shard_path string, sample_index int64, sample_key string, byte_offset int64,
+        byte_size int64 (byte range of the whole sample in its tar, headers included)."""
+        self._check_split(name)
+        return self._internal(
+            f"SELECT {', '.join(SPLIT_COLUMNS)} FROM split_samples WHERE split = ? "
+            "ORDER BY shard_position, sample_index",
+            [name],
+        )
+
+    def split_parts(self, name: str) -> pa.Table:
+        """The parts of `split(name)`'s samples, in the same order (then by content offset): shard_id,
+        shard_path, sample_index, sample_key, part_name, content_offset, content_size."""
+        self._check_split(name)
+        return self._internal(
+            """SELECT p.shard_id, s.shard_path, p.sample_index, s.sample_key, p.part_name::VARCHAR AS part_name,
+                      p.content_offset, p.content_size
+               FROM split_samples s JOIN parts p USING (shard_id, sample_index)
+               WHERE s.split = ? ORDER BY s.shard_position, p.sample_index, p.content_offset""",
+            [name],
+        )
+
+    # ---- part contents and auxiliary data -----------------------------------------------------------------
+    def read_parts(self, part_name: str, where: str | None = None) -> pa.Table:
+        """The payload of part `part_name` of every sample (optionally filtered by a SQL condition over the
+        `sample_parts` view): shard_id, sample_index, sample_key, content (binary). Ranges are fetched with
+        coalesced, concurrent reads; use it to pull references out of small json/txt parts."""
+        locs = self._internal(
+            "SELECT shard_id, shard_path, sample_index, sample_key, content_offset, content_size FROM sample_parts "
+            f"WHERE part_name = ? {'AND (' + where + ')' if where else ''} ORDER BY shard_id, content_offset",
+            [part_name],
+        )
+        data = (
+            self.storage.read_ranges(
+                locs.column("shard_path").to_pylist(),
+                locs.column("content_offset").to_numpy(),
+                locs.column("content_size").to_numpy(),
+            )
+            if locs.num_rows
+            else []
+        )
+        content = pa.array([bytes(d) for d in data], type=pa.binary())
+        return locs.select(["shard_id", "sample_index", "sample_key"]).append_column("content", content)
+
+    def join_aux(self, aux, refs=None, *, ref_column: str = "ref", storage_options: dict | None = None):
+        """Resolve media references against auxiliary sources (energon's `aux:`), all in one query.
+
+        `aux`: {name: prepared dataset URL | plain folder URL | Dataset} (or one of those, named "aux").
+        `refs`: None (each sample's key), a SQL query over this dataset's views, or an Arrow table / polars or
+        pandas frame; it needs a `ref_column` column and, with several sources, an `aux` column naming one.
+        Returns an AuxResolution: `.table` (refs + aux, aux_url, file, byte_offset, byte_size, kind, found),
+        `.dangling`, `.summary()`, `.report()`, `.raise_if_dangling()`."""
+        from energon_arrow.query.polylithic import open_aux, resolve_references
+
+        sources = aux if isinstance(aux, dict) else {"aux": aux}
+        opened = {name: open_aux(name, src, storage_options) for name, src in sources.items()}
+        if refs is None:
+            table = self._internal(
+                f'SELECT shard_id, sample_index, sample_key, sample_key AS "{ref_column}" FROM samples '
+                "ORDER BY shard_id, sample_index"
+            )
+        elif isinstance(refs, str):
+            table = self.sql(refs).arrow()
+        else:
+            table = pa.table(refs)
+        return resolve_references(table, opened, ref_column)
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_dataset(
+    path_or_url: str | Storage,
+    storage_options: dict | None = None,
+    *,
+    verify: bool = True,
+    split_config: str = "split.yaml",
+    publish: bool = True,
+) -> Dataset:
+    """Open a prepared dataset (local folder or `s3://bucket/prefix`) for SQL queries and split resolution.
+
+    A dataset prepared by energon without our Parquet side index is converted from its index.sqlite on first
+    use (published under `.nv-meta/arrow/` when `publish` and the store is writable). `verify` compares every
+    shard's size/mtime/ETag with the store and raises StaleIndexError naming a changed shard.
+    """
+    return Dataset(
+        open_storage(path_or_url, storage_options), verify=verify, split_config=split_config, publish=publish
+    )

@@ -1,0 +1,57 @@
+"""The host-to-device stage: the CPU path returns batches unchanged and silently; the CUDA path when present."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from energon_arrow.loader.transfer import DeviceTransfer, iter_to_device, replace_leaves, tensor_leaves
+
+
+def _batch(i: int) -> dict:
+    return {
+        "tokens": torch.arange(12, dtype=torch.int64).reshape(3, 4) + i,
+        "nested": [torch.full((2,), float(i)), ("label", torch.tensor([i]))],
+        "__key__": [f"k{i}", f"k{i + 1}"],
+    }
+
+
+def test_leaves_roundtrip_keeps_structure():
+    b = _batch(1)
+    leaves = tensor_leaves(b)
+    assert [tuple(t.shape) for t in leaves] == [(3, 4), (2,), (1,)]
+    doubled = replace_leaves(b, [t * 2 for t in leaves])
+    assert doubled["__key__"] == ["k1", "k2"]
+    assert doubled["nested"][1][0] == "label"
+    assert torch.equal(doubled["tokens"], b["tokens"] * 2)
+
+
+def test_cpu_path_has_no_pinning_and_no_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        transfer = DeviceTransfer("cpu")
+        assert not transfer.enabled
+        out = list(iter_to_device((_batch(i) for i in range(5)), device="cpu"))
+    assert [int(b["nested"][1][1]) for b in out] == list(range(5))
+    assert all(not t.is_pinned() for b in out for t in tensor_leaves(b)) or torch.cuda.is_available()
+
+
+def test_default_device_without_cuda_stays_on_host():
+    if torch.cuda.is_available():
+        pytest.skip("machine has CUDA")
+    out = list(iter_to_device([_batch(0)]))
+    assert out[0]["tokens"].device.type == "cpu"
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        DeviceTransfer("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_path_copies_through_pinned_buffers_in_order():
+    batches = [_batch(i) for i in range(6)]
+    out = list(iter_to_device(iter(batches), device="cuda", depth=2))
+    torch.cuda.synchronize()
+    for src, dst in zip(batches, out):
+        assert dst["tokens"].is_cuda and torch.equal(dst["tokens"].cpu(), src["tokens"])
+        assert dst["__key__"] == src["__key__"]
