@@ -55,7 +55,8 @@ def megatron_datasets(
         sequence_length=sequence_length,
         blend=blend,
         split=split,
-        path_to_cache=cache,
+        # BlendedDataset asks torch.distributed for the rank when it writes a cache: skip its cache for blends
+        path_to_cache=cache if len(prefixes) == 1 else None,
         tokenizer=null_tokenizer(vocab_size=vocab),
         reset_position_ids=options.get("reset_position_ids", False),
         reset_attention_mask=options.get("reset_attention_mask", False),

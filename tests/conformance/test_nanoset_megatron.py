@@ -11,8 +11,8 @@ from tests.conformance.nanoset_reference import megatron_datasets, write_tokens
 
 pytestmark = pytest.mark.conformance
 
-VOCAB = 1000
-EOD = VOCAB - 1  # NullTokenizer(vocab_size=VOCAB).eod
+VOCAB = 64  # small, so that EOD tokens occur often
+EOD = VOCAB  # NullTokenizer(vocab_size=VOCAB).eod
 
 
 def _random_case(rng, tmp_path, n_datasets):
@@ -22,7 +22,7 @@ def _random_case(rng, tmp_path, n_datasets):
         lens = rng.integers(1, 150, size=n)
         lens[rng.random(n) < 0.1] = 0  # zero-length documents
         prefix = str(tmp_path / f"ds{d}")
-        write_tokens(prefix, lens, seed=int(rng.integers(1 << 30)), vocab=VOCAB)
+        write_tokens(prefix, lens, seed=int(rng.integers(1 << 30)), vocab=VOCAB + 1)
         prefixes.append(prefix)
         lengths.append(lens)
     return prefixes, lengths
@@ -58,7 +58,7 @@ def test_single_dataset_indices_and_samples(tmp_path, case):
     split = ["969,30,1", "1", "80,20", "50,25,25"][case % 4]
     prefixes, lengths = _random_case(rng, tmp_path, 1)
     if not _enough(lengths, split, seq, int(extra)):
-        seq = 2
+        split = "1"
     # case 0-3: short runs (1 epoch / few); 4-7: many epochs, some with a separate final epoch
     sizes = [
         int(rng.integers(1, 400)) * (1 if case < 4 else 20),
@@ -115,7 +115,7 @@ def test_blend_indices_and_samples(tmp_path, case):
     split = ["969,30,1", "90,10"][case % 2]
     extra = case != 2
     if not _enough(lengths, split, seq, int(extra)):
-        seq = 2
+        split = "1"
     weights = (rng.random(n) + 0.2).tolist()
     sizes = [int(rng.integers(50, 3000)), int(rng.integers(5, 50)), int(rng.integers(1, 20))]
     ref = megatron_datasets(
