@@ -245,7 +245,7 @@ class NanosetBuilder:
             "version": INDEX_VERSION,
             "path": tokens.path_prefix,
             "split": name,
-            "bounds": [beg, end],
+            "split_weights": cfg.split,
             "num_samples": num_samples,
             "sequence_length": cfg.sequence_length,
             "seed": cfg.seed,
