@@ -90,9 +90,9 @@ def gpt_batch(text: np.ndarray, opts: MaskOptions) -> dict[str, np.ndarray]:
         causal = cols[None, :] <= cols[:, None]
         if opts.reset_attention_mask:
             allowed = causal[None] & (cols[None, None, :] >= doc_start[:, :, None])
-        else:
-            allowed = np.broadcast_to(causal, (b, length, length))
-        out["attention_mask"] = ~allowed[:, None]  # True = masked, as Megatron returns it
+            out["attention_mask"] = ~allowed[:, None]  # True = masked, as Megatron returns it
+        else:  # the same mask for every row: a broadcast view, not B copies
+            out["attention_mask"] = np.broadcast_to(~causal, (b, 1, length, length))
     loss_mask[labels == opts.pad_token] = 0.0
     tokens[tokens == opts.pad_token] = 0
     labels[labels == opts.pad_token] = 0

@@ -183,7 +183,13 @@ class BlendedNanoset:
 def _to_torch(batch: dict[str, np.ndarray]) -> dict:
     import torch
 
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
+    out = {}
+    for k, v in batch.items():
+        if v.ndim and v.strides[0] == 0:  # a row broadcast over the batch: one tensor, expanded (no copy)
+            out[k] = torch.from_numpy(np.ascontiguousarray(v[0])).expand(v.shape)
+        else:
+            out[k] = torch.from_numpy(np.ascontiguousarray(v))
+    return out
 
 
 class NanosetBuilder:
