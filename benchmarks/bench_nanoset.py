@@ -31,7 +31,8 @@ def rss():
 if side == "ours":
     from energon_arrow.tokens.indexed import IndexedTokens
     from energon_arrow.tokens.nanoset import NanosetBuilder, NanosetConfig
-    import torch  # same import baseline as the reference side
+    import fsspec  # noqa: F401  (imported lazily by the storage layer: keep module imports out of the timing)
+    import torch  # noqa: F401  (same import baseline as the reference side)
     base = rss(); t = time.perf_counter()
     tokens_per_epoch = IndexedTokens(prefix).num_tokens
     n = None if epochs == 1 else (epochs * tokens_per_epoch - 1) // 2048
