@@ -122,16 +122,12 @@ def sample_index(
     for c0 in range(0, n, _CHUNK):
         if k > num_samples:
             break
-        lengths = sizes[doc_index[c0 : c0 + _CHUNK]].astype(np.int64)
-        ends = np.cumsum(lengths)
-        ends += base
-        last = int(ends[-1])
-        k_hi = min(
-            num_samples, (last - extra) // sequence_length
-        )  # boundaries whose target falls in this chunk
+        lengths = sizes[doc_index[c0 : c0 + _CHUNK]]
+        ends = np.cumsum(lengths, dtype=np.int64)  # token ends relative to the chunk start (`base` tokens in)
+        last = base + int(ends[-1])
+        k_hi = min(num_samples, (last - extra) // sequence_length)  # boundaries whose target is in this chunk
         if k_hi >= k:
-            ks = np.arange(k, k_hi + 1, dtype=np.int64)
-            pos = ks * sequence_length
+            pos = np.arange(k, k_hi + 1, dtype=np.int64) * sequence_length - base
             local = np.searchsorted(ends, pos + extra, side="left")
             out[k : k_hi + 1, 0] = local + c0
             out[k : k_hi + 1, 1] = pos - (ends[local] - lengths[local])
