@@ -185,8 +185,8 @@ def _to_torch(batch: dict[str, np.ndarray]) -> dict:
 
     out = {}
     for k, v in batch.items():
-        if v.ndim and v.strides[0] == 0:  # a row broadcast over the batch: one tensor, expanded (no copy)
-            out[k] = torch.from_numpy(np.ascontiguousarray(v[0])).expand(v.shape)
+        if v.ndim and v.strides[0] == 0:  # a row broadcast over the batch: one row copied, then expanded
+            out[k] = torch.from_numpy(np.array(v[0])).expand(v.shape)
         else:
             out[k] = torch.from_numpy(np.ascontiguousarray(v))
     return out

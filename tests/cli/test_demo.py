@@ -29,6 +29,7 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert "demo finished" in out
     assert "one epoch of the train split" in out
     assert "the restored loader continues with the same" in out
+    assert "GPT indices (Megatron GPTDataset order) built" in out
     meta = os.path.join(workdir, "webdataset", ".nv-meta")
     for name in (".info.json", "split.yaml", "dataset.yaml", "index.sqlite", "index.uuid"):
         assert os.path.exists(os.path.join(meta, name)), name
