@@ -22,6 +22,18 @@ def s3_server():
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_iam_server():
+    """A second SeaweedFS started with `-s3.config` identities: wrong secrets and missing rights give 403."""
+    from energon_arrow.testing.seaweedfs import start_seaweedfs
+
+    server = start_seaweedfs(iam=True)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def s3_root(s3_server):
     """A fresh `s3://bucket/prefix` URL and its storage options."""

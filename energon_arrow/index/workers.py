@@ -71,16 +71,17 @@ class _RemoteIndexFiles:
         self._sent: list[cf.Future] = []
 
     def add(self, rel: str, offsets) -> None:
-        self.pending[self.storage.path_of(tar_index_name(rel))] = tar_index_bytes(offsets)
+        self.pending[tar_index_name(rel)] = tar_index_bytes(offsets)
         if len(self.pending) >= self.batch:
             self._sent.append(self._uploader.submit(self._put, self.pending))
             self.pending = {}
 
     def _put(self, items: dict[str, bytes]) -> None:
+        """One batch of PUTs; `items` maps paths relative to the dataset root to file contents."""
         try:
-            self.storage.fs.pipe(items)
+            self.storage.fs.pipe({self.storage.path_of(rel): data for rel, data in items.items()})
         except Exception as exc:  # noqa: BLE001 - classified into a StorageError naming the URL
-            raise classify(exc, self.storage.url_of(next(iter(items)).rsplit("/", 1)[0])) from None
+            raise classify(exc, self.storage.url_of(next(iter(items)))) from None
 
     def finish(self) -> None:
         if self.pending:

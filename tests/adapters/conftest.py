@@ -1,4 +1,4 @@
-"""Adapter-only fixtures: a SeaweedFS that enforces credentials, and a fault-injecting proxy."""
+"""Adapter-only fixtures: a fault-injecting proxy in front of SeaweedFS."""
 
 from __future__ import annotations
 
@@ -7,18 +7,6 @@ import uuid
 import pytest
 
 from energon_arrow.testing.faultproxy import FaultProxy
-
-
-@pytest.fixture(scope="session")
-def s3_iam_server():
-    """A second SeaweedFS started with `-s3.config` identities: wrong secrets and missing rights give 403."""
-    from energon_arrow.testing.seaweedfs import start_seaweedfs
-
-    server = start_seaweedfs(iam=True)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -96,3 +96,34 @@ def test_interactive_questions_in_energon_order(tmp_path, monkeypatch):
         assert yaml.safe_load(f)["field_map"] == {"image": "jpg", "caption": "txt"}
     again = CliRunner().invoke(prepare_cli.command, [root, "--no-progress"], input="n\n")
     assert again.exit_code == 0 and "already been prepared" in again.output
+
+
+@pytest.mark.s3
+def test_unwritable_destination_fails_cleanly(s3_iam_server, cli):
+    """Credentials that may read the shards but not write: one-line error naming the URL, nothing written."""
+    from energon_arrow.testing.seaweedfs import ACCESS_KEY, READER_KEY, READER_SECRET, SECRET_KEY
+
+    bucket = s3_iam_server.create_bucket("ea-readonly")
+    root = f"s3://{bucket}/ds"
+    admin = {"endpoint_url": s3_iam_server.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+    write_webdataset(root, shards=2, samples_per_shard=5, storage_options=admin)
+    reader = {"endpoint_url": s3_iam_server.endpoint_url, "key": READER_KEY, "secret": READER_SECRET}
+    result = cli(
+        root,
+        "--non-interactive",
+        "--no-progress",
+        "--split-ratio",
+        "1,0,0",
+        "--storage-options",
+        json.dumps(reader),
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("energon-arrow: error:"), result.stderr
+    assert f"s3://{bucket}/ds/shards/" in lines[0] and "denied" in lines[0].lower()
+    assert READER_SECRET not in result.stderr
+    listed = s3_iam_server.client().list_objects_v2(Bucket=bucket, Prefix="ds/")
+    assert sorted(o["Key"] for o in listed["Contents"]) == [
+        "ds/shards/shard-000000.tar",
+        "ds/shards/shard-000001.tar",
+    ]
