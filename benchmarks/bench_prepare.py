@@ -3,6 +3,7 @@ S3 prepare throughput vs the storage adapter's sequential read throughput on Sea
 
 Data: 64 shards x 1,000 samples x 3 parts (2 KiB jpg, txt, json) under benchmarks/data/prepare/ (generated once;
 the reference side gets hard links to the same tars in its own folder so the two `.nv-meta` never mix).
+`BENCH_PREPARE_PARTS=s3` runs the S3 part alone; `BENCH_PREPARE_SHARDS=256` a larger data set.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ REPO = os.path.dirname(HERE)
 
 
 def _dataset(quick: bool) -> tuple[str, str, int, int]:
-    shards, samples = (8, 200) if quick else (64, 1000)
+    shards, samples = (8, 200) if quick else (int(os.environ.get("BENCH_PREPARE_SHARDS", "64")), 1000)
     base = os.path.join(HERE, "data", f"prepare-{shards}x{samples}")
     ours, ref = os.path.join(base, "ours"), os.path.join(base, "energon")
     if not os.path.isdir(os.path.join(ours, "shards")):
@@ -122,4 +123,10 @@ def _s3(args) -> Comparison:
 
 
 def run(args) -> list[Comparison]:
-    return [_local(args), _s3(args)]
+    """`BENCH_PREPARE_PARTS=local,s3` selects the parts (default both); `BENCH_PREPARE_SHARDS=N` the shard
+    count of the full-size data (default 64)."""
+    parts = os.environ.get("BENCH_PREPARE_PARTS", "local,s3").split(",")
+    unknown = sorted(set(parts) - {"local", "s3"})
+    if unknown:
+        raise SystemExit(f"BENCH_PREPARE_PARTS: unknown part(s) {unknown}; use local and/or s3")
+    return [run_part(args) for name, run_part in (("local", _local), ("s3", _s3)) if name in parts]

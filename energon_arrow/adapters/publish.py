@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import ctypes
 import ctypes.util
@@ -45,8 +46,9 @@ def publish_folder(
     Local: the new folder is assembled beside the old one and swapped in with one atomic rename
     (renameat2 RENAME_EXCHANGE where the kernel has it), so readers see the old set or the new set.
     With `keep_existing`, files of the old folder that are not in `files` are carried over (user edits).
-    Object stores have no multi-object transaction: each file is one PUT, written in the mapping's order,
-    so callers put the file that marks a complete set last.
+    Object stores have no multi-object transaction: each file is one PUT; all but the mapping's last file are
+    sent concurrently and the last one only after they all succeeded, so callers put the file that marks a
+    complete set last.
     """
     for fname in files:
         parts = fname.split("/")
@@ -144,15 +146,24 @@ def _publish_remote(storage, rel_dir, files, keep_existing):
         if not isinstance(content, (bytes, bytearray, memoryview)) and not os.path.isfile(os.fspath(content)):
             missing = FileNotFoundError(f"no local file {os.fspath(content)!r} to publish as {fname!r}")
             raise classify(missing, storage.url_of(f"{prefix}/{fname}"))
-    for fname, content in files.items():
+
+    def put(fname, content):
         rel = f"{prefix}/{fname}"
         if isinstance(content, (bytes, bytearray, memoryview)):
             write_atomic(storage, rel, bytes(content))
-            continue
+            return
         local = os.fspath(content)
         # streamed (multipart for large files); the object appears whole when the upload completes
-        storage._call(rel, lambda local=local, rel=rel: storage.fs.put_file(local, storage.path_of(rel)))
+        storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel)))
         _silent_remove(local)  # moved in, as on local disk
+
+    items = list(files.items())
+    if len(items) > 1:  # every file but the last at once; the last (the set's marker) only after all of them
+        with cf.ThreadPoolExecutor(min(8, len(items) - 1), thread_name_prefix="ea-publish") as pool:
+            for fut in [pool.submit(put, fname, content) for fname, content in items[:-1]]:
+                fut.result()
+    if items:
+        put(*items[-1])
     if not keep_existing:
         for info in storage.child(prefix).scan("**/*"):
             if info.path not in files:
