@@ -27,6 +27,7 @@ from energon_arrow.tokens.remote import RangeCache
 
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 _TAKE_CHUNK = 1 << 22  # tokens gathered per fancy-indexing step (bounds the index array's memory)
+_SLICE_MIN_AVG = 4096  # mean piece length (tokens) from which per-piece slice copies beat one np.take
 
 
 def split_prefix(prefix, storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
@@ -100,7 +101,11 @@ class IndexedTokens:
                 self.bin_url,
             )
         if storage.is_local:
-            self._tokens = storage.mmap(self.bin_name, self.dtype, 0, bin_size // self.dtype.itemsize)
+            # a plain ndarray view of the read-only map (it keeps the map alive): slicing an np.memmap
+            # subclass runs Python per slice (__array_finalize__), a plain view does not
+            self._tokens = np.asarray(
+                storage.mmap(self.bin_name, self.dtype, 0, bin_size // self.dtype.itemsize)
+            )
             self._remote = None
         else:
             self._tokens = None
@@ -278,16 +283,17 @@ def _broadcast(values, n: int, name: str) -> np.ndarray:
 
 
 def _gather_local(tokens: np.ndarray, starts, lens, dest, out) -> None:
-    """Copy token pieces out of a memory-mapped array: slice copies for long pieces, fancy indexing in
-    bounded chunks for many short ones."""
+    """Copy token pieces out of a memory-mapped array: slice copies when pieces are long on average, else one
+    vectorised `np.take` per bounded chunk of a flat source index built with repeat/cumsum."""
     n = starts.size
     total = out.size
-    if total >= 64 * n:
+    if total >= _SLICE_MIN_AVG * n:
         for s, ln, d in zip(starts.tolist(), lens.tolist(), dest.tolist()):
             out[d : d + ln] = tokens[s : s + ln]
         return
     shift = np.repeat(starts - dest, lens)
     for a in range(0, total, _TAKE_CHUNK):
         b = min(total, a + _TAKE_CHUNK)
-        idx = shift[a:b] + np.arange(a, b, dtype=np.int64)
+        idx = shift[a:b]
+        idx += np.arange(a, b, dtype=np.int64)
         np.take(tokens, idx, out=out[a:b])
