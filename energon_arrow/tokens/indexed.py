@@ -114,7 +114,7 @@ class IndexedTokens:
     def _load_idx(self, idx_cache_dir) -> np.ndarray:
         storage = self.storage
         if storage.is_local:
-            return storage.mmap(self.idx_name, np.uint8)
+            return np.asarray(storage.mmap(self.idx_name, np.uint8))
         if idx_cache_dir is None:
             return np.frombuffer(storage.read_bytes(self.idx_name), np.uint8)
         info = storage.stat(self.idx_name)
@@ -129,7 +129,7 @@ class IndexedTokens:
             os.replace(tmp, path)
         if os.path.getsize(path) == 0:
             return np.zeros(0, np.uint8)
-        return np.memmap(path, np.uint8, mode="r")
+        return np.asarray(np.memmap(path, np.uint8, mode="r"))
 
     def __getstate__(self):
         return {"path_prefix": self.path_prefix, "options": self._options, "settings": self._settings}
@@ -296,4 +296,5 @@ def _gather_local(tokens: np.ndarray, starts, lens, dest, out) -> None:
         b = min(total, a + _TAKE_CHUNK)
         idx = shift[a:b]
         idx += np.arange(a, b, dtype=np.int64)
-        np.take(tokens, idx, out=out[a:b])
+        # every index is already checked in range: "wrap" then equals "raise" and skips its slower bounds path
+        np.take(tokens, idx, out=out[a:b], mode="wrap")

@@ -98,9 +98,10 @@ class Nanoset:
         self.indices = indices
         self.config = config
         self.split = split
-        self.document_index = indices.document_index
-        self.sample_index = indices.sample_index
-        self.shuffle_index = indices.shuffle_index
+        # plain ndarray views of the (possibly memory-mapped) cached arrays: np.memmap indexing costs Python
+        self.document_index = np.asarray(indices.document_index)
+        self.sample_index = np.asarray(indices.sample_index)
+        self.shuffle_index = np.asarray(indices.shuffle_index)
         self._extra = 1 if config.add_extra_token else 0
         self._opts = config.mask_options()
 
@@ -119,6 +120,10 @@ class Nanoset:
 
     def text(self, ks) -> np.ndarray:
         """`[B, L + extra]` int64 token rows of samples `ks`, gathered with one vectorised read."""
+        return self._rows(ks).astype(np.int64, copy=False)
+
+    def _rows(self, ks) -> np.ndarray:
+        """`text(ks)`, left in the token file's dtype when no row needs padding (saves a widening pass)."""
         ks = self._check(np.asarray(ks, dtype=np.int64).reshape(-1))
         width = self.config.sequence_length + self._extra
         if ks.size == 0:
@@ -128,12 +133,14 @@ class Nanoset:
             ids, self.sample_index, self.document_index, self.tokens.sequence_lengths, self._extra
         )
         flat = self.tokens.get_many(seq, offsets, lengths)
+        if flat.size == ks.size * width:
+            return flat.reshape(ks.size, width)
         return rows_from_pieces(flat, lengths, counts, width, self.config.pad_token)
 
     def get_batch(self, ks) -> dict:
         """Megatron's sample fields for samples `ks`, stacked: tokens/labels/position_ids [B, L] int64,
         loss_mask [B, L] float32, attention_mask [B, 1, L, L] bool (True = masked) when configured."""
-        return _to_torch(gpt_batch(self.text(ks), self._opts))
+        return _to_torch(gpt_batch(self._rows(ks), self._opts))
 
     def __getitem__(self, k) -> dict:
         return {key: value[0] for key, value in self.get_batch([k]).items()}
