@@ -5,6 +5,7 @@ Python."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -87,12 +88,11 @@ def gpt_batch(text: np.ndarray, opts: MaskOptions) -> dict[str, np.ndarray]:
         position_ids -= doc_start
     out = {"tokens": tokens, "labels": labels}
     if opts.create_attention_mask:
-        causal = cols[None, :] <= cols[:, None]
         if opts.reset_attention_mask:
-            allowed = causal[None] & (cols[None, None, :] >= doc_start[:, :, None])
+            allowed = ~causal_mask(length)[None] & (cols[None, None, :] >= doc_start[:, :, None])
             out["attention_mask"] = ~allowed[:, None]  # True = masked, as Megatron returns it
-        else:  # the same mask for every row: a broadcast view, not B copies
-            out["attention_mask"] = np.broadcast_to(~causal, (b, 1, length, length))
+        else:  # the same mask for every row and batch: a broadcast view of one cached read-only mask
+            out["attention_mask"] = np.broadcast_to(causal_mask(length), (b, 1, length, length))
     padded = labels == opts.pad_token
     if padded.any():  # rarely: skip two more passes when no pad id occurs
         loss_mask[padded] = 0.0
@@ -101,3 +101,13 @@ def gpt_batch(text: np.ndarray, opts: MaskOptions) -> dict[str, np.ndarray]:
     out["loss_mask"] = loss_mask
     out["position_ids"] = position_ids
     return out
+
+
+@lru_cache(maxsize=8)
+def causal_mask(length: int) -> np.ndarray:
+    """Megatron's `[L, L]` causal attention mask (True = masked: key after query), built once per length and
+    read-only (shared by every batch)."""
+    cols = np.arange(length)
+    mask = cols[None, :] > cols[:, None]
+    mask.flags.writeable = False
+    return mask
