@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.tokens.idx_format import (
@@ -27,7 +28,8 @@ from energon_arrow.tokens.remote import RangeCache
 
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 _TAKE_CHUNK = 1 << 22  # tokens gathered per fancy-indexing step (bounds the index array's memory)
-_SLICE_MIN_AVG = 4096  # mean piece length (tokens) from which per-piece slice copies beat one np.take
+_SLICE_MIN_AVG = 4096  # mean piece length (tokens) from which per-piece slice copies beat vectorised gathers
+_ROW = 64  # pieces of at least this many tokens are gathered as strided rows of this width
 
 
 def split_prefix(prefix, storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
@@ -283,18 +285,45 @@ def _broadcast(values, n: int, name: str) -> np.ndarray:
 
 
 def _gather_local(tokens: np.ndarray, starts, lens, dest, out) -> None:
-    """Copy token pieces out of a memory-mapped array: slice copies when pieces are long on average, else one
-    vectorised `np.take` per bounded chunk of a flat source index built with repeat/cumsum."""
+    """Copy token pieces out of a memory-mapped array: slice copies when pieces are long on average, else
+    vectorised gathers over groups of pieces of at most ~_TAKE_CHUNK tokens (bounds the index arrays)."""
     n = starts.size
-    total = out.size
-    if total >= _SLICE_MIN_AVG * n:
+    if out.size >= _SLICE_MIN_AVG * n:
         for s, ln, d in zip(starts.tolist(), lens.tolist(), dest.tolist()):
             out[d : d + ln] = tokens[s : s + ln]
         return
-    shift = np.repeat(starts - dest, lens)
-    for a in range(0, total, _TAKE_CHUNK):
-        b = min(total, a + _TAKE_CHUNK)
-        idx = shift[a:b]
-        idx += np.arange(a, b, dtype=np.int64)
-        # every index is already checked in range: "wrap" then equals "raise" and skips its slower bounds path
-        np.take(tokens, idx, out=out[a:b], mode="wrap")
+    cuts = np.searchsorted(dest, np.arange(0, out.size, _TAKE_CHUNK)).tolist() + [n]
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if a < b:
+            _gather_group(tokens, starts[a:b], lens[a:b], dest[a:b], out)
+
+
+def _gather_group(tokens: np.ndarray, starts, lens, dest, out) -> None:
+    """Pieces of at least _ROW tokens move as _ROW-token rows of overlapping strided views (each piece's last row
+    ends at the piece's end, so rows overlap only inside a piece and write equal values); shorter pieces move
+    token by token. Indices are checked in range before: np.take's "wrap" then equals "raise", only faster."""
+    long = lens >= _ROW
+    if long.any():
+        ls, ll, ld = starts[long], lens[long], dest[long]
+        rows = -(-ll // _ROW)
+        first = np.zeros(rows.size, np.int64)
+        np.cumsum(rows[:-1], out=first[1:])
+        owner = np.repeat(np.arange(rows.size), rows)
+        at = np.minimum((np.arange(owner.size) - first[owner]) * _ROW, ll[owner] - _ROW)
+        step = tokens.strides[0]
+        src = as_strided(tokens, (tokens.size - _ROW + 1, _ROW), (step, step), writeable=False)
+        dst = as_strided(out, (out.size - _ROW + 1, _ROW), (step, step))
+        dst[ld[owner] + at] = src[ls[owner] + at]  # fancy indexing (np.take would copy the strided view)
+        short = ~long
+        starts, lens, dest = starts[short], lens[short], dest[short]
+    total = int(lens.sum())
+    if total == 0:
+        return
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    pos = np.repeat(dest, lens) + within
+    if (
+        pos.size == out.size or pos[-1] - pos[0] + 1 == pos.size
+    ):  # one contiguous run: gather straight into it
+        np.take(tokens, np.repeat(starts, lens) + within, out=out[pos[0] : pos[-1] + 1], mode="wrap")
+    else:
+        out[pos] = np.take(tokens, np.repeat(starts, lens) + within, mode="wrap")
