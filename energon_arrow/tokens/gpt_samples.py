@@ -5,6 +5,7 @@ Python."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -38,8 +39,6 @@ def rows_from_pieces(
 ) -> np.ndarray:
     """The concatenated pieces laid out as `[B, width]` int64 rows, short rows padded with `pad`."""
     b = counts.size
-    if flat.size == b * width:
-        return flat.reshape(b, width).astype(np.int64)
     owner = np.repeat(np.arange(b), counts)
     per_row = np.bincount(owner, weights=lengths, minlength=b).astype(np.int64)
     out = np.full((b, width), pad, dtype=np.int64)
@@ -62,11 +61,13 @@ class MaskOptions:
 
 
 def gpt_batch(text: np.ndarray, opts: MaskOptions) -> dict[str, np.ndarray]:
-    """Megatron GPTDataset outputs for rows of `text` ([B, L+1] with the extra token, else [B, L])."""
+    """Megatron GPTDataset outputs for integer rows of `text` ([B, L+1] with the extra token, else [B, L]);
+    tokens/labels come out int64 (widened in the same pass that copies them)."""
     if opts.add_extra_token:
-        tokens = np.ascontiguousarray(text[:, :-1])
-        labels = np.ascontiguousarray(text[:, 1:])
+        tokens = np.ascontiguousarray(text[:, :-1], dtype=np.int64)
+        labels = np.ascontiguousarray(text[:, 1:], dtype=np.int64)
     else:
+        text = text.astype(np.int64, copy=False)
         tokens = text
         labels = np.empty_like(text)
         labels[:, :-1] = text[:, 1:]
@@ -87,15 +88,26 @@ def gpt_batch(text: np.ndarray, opts: MaskOptions) -> dict[str, np.ndarray]:
         position_ids -= doc_start
     out = {"tokens": tokens, "labels": labels}
     if opts.create_attention_mask:
-        causal = cols[None, :] <= cols[:, None]
         if opts.reset_attention_mask:
-            allowed = causal[None] & (cols[None, None, :] >= doc_start[:, :, None])
+            allowed = ~causal_mask(length)[None] & (cols[None, None, :] >= doc_start[:, :, None])
             out["attention_mask"] = ~allowed[:, None]  # True = masked, as Megatron returns it
-        else:  # the same mask for every row: a broadcast view, not B copies
-            out["attention_mask"] = np.broadcast_to(~causal, (b, 1, length, length))
-    loss_mask[labels == opts.pad_token] = 0.0
-    tokens[tokens == opts.pad_token] = 0
-    labels[labels == opts.pad_token] = 0
+        else:  # the same mask for every row and batch: a broadcast view of one cached read-only mask
+            out["attention_mask"] = np.broadcast_to(causal_mask(length), (b, 1, length, length))
+    padded = labels == opts.pad_token
+    if padded.any():  # rarely: skip two more passes when no pad id occurs
+        loss_mask[padded] = 0.0
+        labels[padded] = 0
+        tokens[tokens == opts.pad_token] = 0
     out["loss_mask"] = loss_mask
     out["position_ids"] = position_ids
     return out
+
+
+@lru_cache(maxsize=8)
+def causal_mask(length: int) -> np.ndarray:
+    """Megatron's `[L, L]` causal attention mask (True = masked: key after query), built once per length and
+    read-only (shared by every batch)."""
+    cols = np.arange(length)
+    mask = cols[None, :] > cols[:, None]
+    mask.flags.writeable = False
+    return mask

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.tokens.idx_format import (
@@ -27,6 +28,8 @@ from energon_arrow.tokens.remote import RangeCache
 
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 _TAKE_CHUNK = 1 << 22  # tokens gathered per fancy-indexing step (bounds the index array's memory)
+_SLICE_MIN_AVG = 4096  # mean piece length (tokens) from which per-piece slice copies beat vectorised gathers
+_ROW = 64  # pieces of at least this many tokens are gathered as strided rows of this width
 
 
 def split_prefix(prefix, storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
@@ -100,7 +103,11 @@ class IndexedTokens:
                 self.bin_url,
             )
         if storage.is_local:
-            self._tokens = storage.mmap(self.bin_name, self.dtype, 0, bin_size // self.dtype.itemsize)
+            # a plain ndarray view of the read-only map (it keeps the map alive): slicing an np.memmap
+            # subclass runs Python per slice (__array_finalize__), a plain view does not
+            self._tokens = np.asarray(
+                storage.mmap(self.bin_name, self.dtype, 0, bin_size // self.dtype.itemsize)
+            )
             self._remote = None
         else:
             self._tokens = None
@@ -109,7 +116,7 @@ class IndexedTokens:
     def _load_idx(self, idx_cache_dir) -> np.ndarray:
         storage = self.storage
         if storage.is_local:
-            return storage.mmap(self.idx_name, np.uint8)
+            return np.asarray(storage.mmap(self.idx_name, np.uint8))
         if idx_cache_dir is None:
             return np.frombuffer(storage.read_bytes(self.idx_name), np.uint8)
         info = storage.stat(self.idx_name)
@@ -124,7 +131,7 @@ class IndexedTokens:
             os.replace(tmp, path)
         if os.path.getsize(path) == 0:
             return np.zeros(0, np.uint8)
-        return np.memmap(path, np.uint8, mode="r")
+        return np.asarray(np.memmap(path, np.uint8, mode="r"))
 
     def __getstate__(self):
         return {"path_prefix": self.path_prefix, "options": self._options, "settings": self._settings}
@@ -278,16 +285,45 @@ def _broadcast(values, n: int, name: str) -> np.ndarray:
 
 
 def _gather_local(tokens: np.ndarray, starts, lens, dest, out) -> None:
-    """Copy token pieces out of a memory-mapped array: slice copies for long pieces, fancy indexing in
-    bounded chunks for many short ones."""
+    """Copy token pieces out of a memory-mapped array: slice copies when pieces are long on average, else
+    vectorised gathers over groups of pieces of at most ~_TAKE_CHUNK tokens (bounds the index arrays)."""
     n = starts.size
-    total = out.size
-    if total >= 64 * n:
+    if out.size >= _SLICE_MIN_AVG * n:
         for s, ln, d in zip(starts.tolist(), lens.tolist(), dest.tolist()):
             out[d : d + ln] = tokens[s : s + ln]
         return
-    shift = np.repeat(starts - dest, lens)
-    for a in range(0, total, _TAKE_CHUNK):
-        b = min(total, a + _TAKE_CHUNK)
-        idx = shift[a:b] + np.arange(a, b, dtype=np.int64)
-        np.take(tokens, idx, out=out[a:b])
+    cuts = np.searchsorted(dest, np.arange(0, out.size, _TAKE_CHUNK)).tolist() + [n]
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if a < b:
+            _gather_group(tokens, starts[a:b], lens[a:b], dest[a:b], out)
+
+
+def _gather_group(tokens: np.ndarray, starts, lens, dest, out) -> None:
+    """Pieces of at least _ROW tokens move as _ROW-token rows of overlapping strided views (each piece's last row
+    ends at the piece's end, so rows overlap only inside a piece and write equal values); shorter pieces move
+    token by token. Indices are checked in range before: np.take's "wrap" then equals "raise", only faster."""
+    long = lens >= _ROW
+    if long.any():
+        ls, ll, ld = starts[long], lens[long], dest[long]
+        rows = -(-ll // _ROW)
+        first = np.zeros(rows.size, np.int64)
+        np.cumsum(rows[:-1], out=first[1:])
+        owner = np.repeat(np.arange(rows.size), rows)
+        at = np.minimum((np.arange(owner.size) - first[owner]) * _ROW, ll[owner] - _ROW)
+        step = tokens.strides[0]
+        src = as_strided(tokens, (tokens.size - _ROW + 1, _ROW), (step, step), writeable=False)
+        dst = as_strided(out, (out.size - _ROW + 1, _ROW), (step, step))
+        dst[ld[owner] + at] = src[ls[owner] + at]  # fancy indexing (np.take would copy the strided view)
+        short = ~long
+        starts, lens, dest = starts[short], lens[short], dest[short]
+    total = int(lens.sum())
+    if total == 0:
+        return
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    pos = np.repeat(dest, lens) + within
+    if (
+        pos.size == out.size or pos[-1] - pos[0] + 1 == pos.size
+    ):  # one contiguous run: gather straight into it
+        np.take(tokens, np.repeat(starts, lens) + within, out=out[pos[0] : pos[-1] + 1], mode="wrap")
+    else:
+        out[pos] = np.take(tokens, np.repeat(starts, lens) + within, mode="wrap")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,13 @@ from energon_arrow.tokens.blend import (
     per_dataset_samples,
 )
 from energon_arrow.tokens.gpt_index import SPLITS, GPTIndices, build_gpt_indices, parse_split, split_bounds
-from energon_arrow.tokens.gpt_samples import MaskOptions, gpt_batch, rows_from_pieces, sample_pieces
+from energon_arrow.tokens.gpt_samples import (
+    MaskOptions,
+    causal_mask,
+    gpt_batch,
+    rows_from_pieces,
+    sample_pieces,
+)
 from energon_arrow.tokens.indexed import IndexedTokens
 from energon_arrow.tokens.nanoset_cache import IndexCache, digest, obtain
 
@@ -98,9 +105,10 @@ class Nanoset:
         self.indices = indices
         self.config = config
         self.split = split
-        self.document_index = indices.document_index
-        self.sample_index = indices.sample_index
-        self.shuffle_index = indices.shuffle_index
+        # plain ndarray views of the (possibly memory-mapped) cached arrays: np.memmap indexing costs Python
+        self.document_index = np.asarray(indices.document_index)
+        self.sample_index = np.asarray(indices.sample_index)
+        self.shuffle_index = np.asarray(indices.shuffle_index)
         self._extra = 1 if config.add_extra_token else 0
         self._opts = config.mask_options()
 
@@ -119,6 +127,10 @@ class Nanoset:
 
     def text(self, ks) -> np.ndarray:
         """`[B, L + extra]` int64 token rows of samples `ks`, gathered with one vectorised read."""
+        return self._rows(ks).astype(np.int64, copy=False)
+
+    def _rows(self, ks) -> np.ndarray:
+        """`text(ks)`, left in the token file's dtype when no row needs padding (saves a widening pass)."""
         ks = self._check(np.asarray(ks, dtype=np.int64).reshape(-1))
         width = self.config.sequence_length + self._extra
         if ks.size == 0:
@@ -128,12 +140,15 @@ class Nanoset:
             ids, self.sample_index, self.document_index, self.tokens.sequence_lengths, self._extra
         )
         flat = self.tokens.get_many(seq, offsets, lengths)
+        if flat.size == ks.size * width:
+            return flat.reshape(ks.size, width)
         return rows_from_pieces(flat, lengths, counts, width, self.config.pad_token)
 
     def get_batch(self, ks) -> dict:
         """Megatron's sample fields for samples `ks`, stacked: tokens/labels/position_ids [B, L] int64,
-        loss_mask [B, L] float32, attention_mask [B, 1, L, L] bool (True = masked) when configured."""
-        return _to_torch(gpt_batch(self.text(ks), self._opts))
+        loss_mask [B, L] float32, attention_mask [B, 1, L, L] bool (True = masked) when configured; without
+        reset_attention_mask it is one cached causal mask expanded over the batch (read it, or clone it to edit)."""
+        return _to_torch(gpt_batch(self._rows(ks), self._opts))
 
     def __getitem__(self, k) -> dict:
         return {key: value[0] for key, value in self.get_batch([k]).items()}
@@ -185,11 +200,20 @@ def _to_torch(batch: dict[str, np.ndarray]) -> dict:
 
     out = {}
     for k, v in batch.items():
-        if v.ndim and v.strides[0] == 0:  # a row broadcast over the batch: one row copied, then expanded
-            out[k] = torch.from_numpy(np.array(v[0])).expand(v.shape)
+        if k == "attention_mask" and v.strides[0] == 0:  # gpt_batch's broadcast causal mask
+            out[k] = _causal_tensor(v.shape[-1]).expand(v.shape)
         else:
             out[k] = torch.from_numpy(np.ascontiguousarray(v))
     return out
+
+
+@lru_cache(maxsize=8)
+def _causal_tensor(length: int):
+    """`[1, L, L]` torch copy of `causal_mask(length)`, made once and expanded over every batch (no L x L
+    allocation per batch). The expanded `attention_mask` shares it: clone before writing into it."""
+    import torch
+
+    return torch.from_numpy(np.array(causal_mask(length)))[None]
 
 
 class NanosetBuilder:

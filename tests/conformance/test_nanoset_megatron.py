@@ -48,6 +48,8 @@ def _compare_samples(ours, ref, ks):
             assert int(batch["dataset_id"][row]) == int(want["dataset_id"])
         single = ours[k]
         assert np.array_equal(single["tokens"].numpy(), want["tokens"].numpy())
+        if "attention_mask" in want:
+            assert np.array_equal(single["attention_mask"].numpy(), want["attention_mask"].numpy()), k
 
 
 @pytest.mark.parametrize("case", range(8))
@@ -70,7 +72,7 @@ def test_single_dataset_indices_and_samples(tmp_path, case):
         "reset_position_ids": case % 3 == 0,
         "reset_attention_mask": case % 4 == 1,
         "eod_mask_loss": case % 2 == 0,
-        "create_attention_mask": case % 4 == 1,
+        "create_attention_mask": case % 4 in (1, 3),  # 3: the plain causal mask (cached, shared)
     }
     ref = megatron_datasets(
         prefixes,

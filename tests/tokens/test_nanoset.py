@@ -54,7 +54,7 @@ def test_cache_hit_and_key_includes_add_extra_token_and_file_identity(data, tmp_
     entries = sorted(os.listdir(tmp_path / "cache"))
     again = NanosetBuilder(_config(prefix, tmp_path)).build([100])[0]
     assert sorted(os.listdir(tmp_path / "cache")) == entries  # reused
-    assert isinstance(again.sample_index, np.memmap)
+    assert isinstance(again.indices.sample_index, np.memmap)
     assert np.array_equal(first.sample_index, again.sample_index)
     other = NanosetBuilder(_config(prefix, tmp_path, add_extra_token=False)).build([100])[0]
     assert len(os.listdir(tmp_path / "cache")) > len(entries)  # a different key

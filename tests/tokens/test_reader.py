@@ -90,6 +90,28 @@ def test_every_dtype_and_get_many_matches_slices(local_root, dtype):
     np.testing.assert_array_equal(buf[: want.size], want)
 
 
+def test_get_many_long_and_short_pieces_local(local_root):
+    """Pieces of 0 to ~300 tokens (strided-row and token-by-token gathers mixed) and very long pieces (slice
+    copies) all match plain slicing, into a fresh array and into a larger `out` buffer."""
+    storage = open_storage(local_root[0])
+    rng = np.random.default_rng(7)
+    docs = [[rng.integers(0, 60_000, rng.integers(0, 300)).tolist()] for _ in range(80)]
+    docs += [[rng.integers(0, 60_000, 20_000).tolist()] for _ in range(3)]
+    prefix = put(storage, "long", docs, dtype=np.uint16)
+    ds = IndexedTokens(prefix)
+    flat = [np.asarray(d[0], np.uint16) for d in docs]
+    for ids in (rng.integers(0, 80, 400), rng.integers(0, len(flat), 400), np.array([80, 81, 82, 80])):
+        lens = ds.sequence_lengths[ids].astype(np.int64)
+        offs = (rng.random(ids.size) * (lens + 1)).astype(np.int64)
+        takes = (rng.random(ids.size) * (lens - offs + 1)).astype(np.int64)
+        want = np.concatenate([flat[i][o : o + t] for i, o, t in zip(ids, offs, takes)])
+        np.testing.assert_array_equal(ds.get_many(ids, offs, takes), want)
+        buf = np.full(want.size + 70, 7, np.uint16)
+        ds.get_many(ids, offs, takes, out=buf)
+        np.testing.assert_array_equal(buf[: want.size], want)
+        assert (buf[want.size :] == 7).all()
+
+
 def test_multimodal_modes_detected(any_storage):
     prefix = put(any_storage, "mm", EXAMPLE, modes=[0, 1, 2, 1])
     ds = IndexedTokens(prefix, any_storage.storage_options)
