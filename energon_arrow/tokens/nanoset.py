@@ -151,7 +151,7 @@ class Nanoset:
         return _to_torch(gpt_batch(self._rows(ks), self._opts))
 
     def __getitem__(self, k) -> dict:
-        return {key: value[0] for key, value in self.get_batch([k]).items()}
+        return _single(self.get_batch([k]))
 
 
 class BlendedNanoset:
@@ -192,7 +192,13 @@ class BlendedNanoset:
         return _to_torch(out)
 
     def __getitem__(self, k) -> dict:
-        return {key: value[0] for key, value in self.get_batch([k]).items()}
+        return _single(self.get_batch([k]))
+
+
+def _single(batch: dict) -> dict:
+    """Sample 0 of a batch. The attention mask is cloned: the batch's may be the cached causal mask, and a
+    sample owns its mask as Megatron's samples do (the batched path shares it, read-only by contract)."""
+    return {key: value[0].clone() if key == "attention_mask" else value[0] for key, value in batch.items()}
 
 
 def _to_torch(batch: dict[str, np.ndarray]) -> dict:

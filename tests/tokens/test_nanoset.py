@@ -139,3 +139,14 @@ def test_loader_rank_slicing_and_exact_resume(data, tmp_path):
     rest = [b["tokens"].numpy() for b in resumed]
     assert len(rest) == n - 5
     assert all(np.array_equal(a, b["tokens"].numpy()) for a, b in zip(rest, ranks[1][5:]))
+
+
+def test_single_sample_owns_its_attention_mask(data, tmp_path):
+    prefix, _ = data
+    cfg = NanosetConfig([prefix], 32, seed=5, split="90,10", cache_dir=str(tmp_path / "cache"))
+    ds = NanosetBuilder(cfg).build([50])[0]
+    first = ds[0]["attention_mask"]
+    want = first.clone()
+    first.fill_(False)  # a user editing one sample's mask must not change any other sample's
+    assert np.array_equal(ds[1]["attention_mask"].numpy(), want.numpy())
+    assert np.array_equal(ds.get_batch([2, 3])["attention_mask"][0].numpy(), want.numpy())
