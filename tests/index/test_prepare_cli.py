@@ -1,6 +1,7 @@
 import json
 import os
 import subprocess
+import uuid
 
 import pytest
 import yaml
@@ -103,8 +104,10 @@ def test_unwritable_destination_fails_cleanly(s3_iam_server, cli):
     """Credentials that may read the shards but not write: one-line error naming the URL, nothing written."""
     from energon_arrow.testing.seaweedfs import ACCESS_KEY, READER_KEY, READER_SECRET, SECRET_KEY
 
-    bucket = s3_iam_server.create_bucket("ea-readonly")
-    root = f"s3://{bucket}/ds"
+    # the bucket the adapter tests use: every new bucket takes SeaweedFS volume slots, which are few
+    bucket = s3_iam_server.create_bucket("ea-iam")
+    prefix = f"ro-{uuid.uuid4().hex[:8]}"
+    root = f"s3://{bucket}/{prefix}"
     admin = {"endpoint_url": s3_iam_server.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
     write_webdataset(root, shards=2, samples_per_shard=5, storage_options=admin)
     reader = {"endpoint_url": s3_iam_server.endpoint_url, "key": READER_KEY, "secret": READER_SECRET}
@@ -120,10 +123,10 @@ def test_unwritable_destination_fails_cleanly(s3_iam_server, cli):
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("energon-arrow: error:"), result.stderr
-    assert f"s3://{bucket}/ds/shards/" in lines[0] and "denied" in lines[0].lower()
+    assert f"{root}/shards/" in lines[0] and "denied" in lines[0].lower()
     assert READER_SECRET not in result.stderr
-    listed = s3_iam_server.client().list_objects_v2(Bucket=bucket, Prefix="ds/")
+    listed = s3_iam_server.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
     assert sorted(o["Key"] for o in listed["Contents"]) == [
-        "ds/shards/shard-000000.tar",
-        "ds/shards/shard-000001.tar",
+        f"{prefix}/shards/shard-000000.tar",
+        f"{prefix}/shards/shard-000001.tar",
     ]
