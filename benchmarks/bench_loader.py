@@ -15,7 +15,6 @@ import contextlib
 import os
 import random
 import shutil
-import subprocess
 import threading
 import time
 
@@ -27,28 +26,24 @@ BATCH, WORKERS = 32, 2
 def _dataset(root: str, shards: int, per_shard: int) -> str:
     if os.path.exists(os.path.join(root, ".nv-meta", "index.sqlite")):
         return root
+    from energon_arrow.testing.reference import energon_cli
     from energon_arrow.testing.synthetic import write_webdataset
 
     shutil.rmtree(root, ignore_errors=True)
     write_webdataset(root, shards=shards, samples_per_shard=per_shard, image_bytes=2048)
-    subprocess.run(
-        [
-            shutil.which("energon"),
-            "prepare",
-            root,
-            "--non-interactive",
-            "--split-ratio",
-            "1,0,0",
-            "--no-progress",
-            "--num-workers",
-            "2",
-            "--sample-type",
-            "CaptioningSample",
-            "--field-map",
-            '{"image": "jpg", "caption": "txt"}',
-        ],
-        check=True,
-        capture_output=True,
+    energon_cli(
+        "prepare",
+        root,
+        "--non-interactive",
+        "--split-ratio",
+        "1,0,0",
+        "--no-progress",
+        "--num-workers",
+        "2",
+        "--sample-type",
+        "CaptioningSample",
+        "--field-map",
+        '{"image": "jpg", "caption": "txt"}',
     )
     from energon_arrow.query import open_dataset
 

@@ -17,6 +17,7 @@ import uuid
 
 from benchmarks.harness import Comparison, alternate
 from energon_arrow.adapters import open_storage
+from energon_arrow.testing.reference import energon_command
 from energon_arrow.testing.synthetic import write_webdataset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,18 +47,11 @@ def _run(cmd: list[str]) -> float:
     return elapsed
 
 
-def _energon_cli() -> list[str]:
-    exe = shutil.which("energon")
-    if exe:
-        return [exe]
-    return [sys.executable, "-m", "megatron.energon.cli.main"]
-
-
 def _local(args) -> Comparison:
     ours_dir, ref_dir, shards, samples = _dataset(args.quick)
     common = ["--non-interactive", "--split-ratio", "8,1,1", "--force-overwrite", "--no-progress"]
     ours_cmd = [sys.executable, "-m", "energon_arrow", "prepare", ours_dir, *common, "--num-workers", "2"]
-    ref_cmd = [*_energon_cli(), "prepare", ref_dir, *common, "--num-workers", "2"]
+    ref_cmd = [*energon_command(), "prepare", ref_dir, *common, "--num-workers", "2"]
     ours, ref = alternate(lambda: _run(ours_cmd), lambda: _run(ref_cmd), 1 if args.quick else args.repeats)
     return Comparison(
         name=f"prepare local {shards}x{samples}x3 (CLI end to end)",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
 
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.testing.reference import energon_cli
 from energon_arrow.testing.synthetic import write_webdataset
 
 pytestmark = pytest.mark.conformance
@@ -20,22 +20,17 @@ energon = pytest.importorskip("megatron.energon")
 def root(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("conf") / "ds")
     write_webdataset(path, shards=4, samples_per_shard=30, image_bytes=100)
-    subprocess.run(
-        [
-            shutil.which("energon"),
-            "prepare",
-            path,
-            "--non-interactive",
-            "--split-ratio",
-            "3,1,0",
-            "--no-progress",
-            "--sample-type",
-            "CaptioningSample",
-            "--field-map",
-            '{"image": "jpg", "caption": "txt"}',
-        ],
-        check=True,
-        capture_output=True,
+    energon_cli(
+        "prepare",
+        path,
+        "--non-interactive",
+        "--split-ratio",
+        "3,1,0",
+        "--no-progress",
+        "--sample-type",
+        "CaptioningSample",
+        "--field-map",
+        '{"image": "jpg", "caption": "txt"}',
     )
     return path
 

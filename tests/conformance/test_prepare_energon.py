@@ -6,8 +6,6 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import yaml
 
 from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.meta import expand_braces, field_map_dataset, parse_split_parts, parse_split_ratio
+from energon_arrow.testing.reference import energon_cli
 from energon_arrow.testing.synthetic import write_webdataset
 from tests.tar.edge_tars import LONG_DIR, edge_tar
 
@@ -23,10 +22,7 @@ pytestmark = pytest.mark.conformance
 
 
 def _energon(*args: str) -> None:
-    exe = shutil.which("energon")
-    cmd = [exe] if exe else [sys.executable, "-m", "megatron.energon.cli.main"]
-    proc = subprocess.run([*cmd, *args], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    energon_cli(*args)
 
 
 @pytest.fixture(scope="module")

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 
+from energon_arrow.testing.reference import energon_cli
 from energon_arrow.testing.synthetic import write_webdataset
 
 SHARDS, PER_SHARD = 4, 40
 
 
 def energon_prepare(root: str, split_ratio: str = "3,1,0", extra: tuple = ()) -> None:
-    exe = shutil.which("energon")
-    if exe is None:
-        pytest.skip("energon CLI (test extra) not installed")
-    cmd = [
-        exe,
+    energon_cli(
         "prepare",
         root,
         "--non-interactive",
@@ -29,8 +25,7 @@ def energon_prepare(root: str, split_ratio: str = "3,1,0", extra: tuple = ()) ->
         "--field-map",
         '{"image": "jpg", "caption": "txt"}',
         *extra,
-    ]
-    subprocess.run(cmd, check=True, capture_output=True)
+    )
 
 
 def prepare(root: str, storage_options: dict | None = None, split_ratio: str = "3,1,0") -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 
+from energon_arrow.testing.reference import energon_cli
 from energon_arrow.testing.synthetic import write_webdataset
 
 TEXT_DATASET_YAML = (
@@ -17,13 +16,10 @@ TEXT_DATASET_YAML = (
 
 def energon_prepare(root: str, split_ratio: str = "3,1,0") -> None:
     """Run `energon prepare` non-interactively and write a TextSample dataset.yaml (text <- txt)."""
-    cmd = [
-        sys.executable, "-c", "from megatron.energon.cli.main import main; main()", "prepare", root,
-        "--non-interactive", "--split-ratio", split_ratio, "--sample-type", "TextSample",
+    energon_cli(
+        "prepare", root, "--non-interactive", "--split-ratio", split_ratio, "--sample-type", "TextSample",
         "--field-map", '{"text": "txt"}', "--no-progress",
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    )  # fmt: skip
     with open(f"{root}/.nv-meta/dataset.yaml", "w") as f:
         f.write(TEXT_DATASET_YAML)
 
