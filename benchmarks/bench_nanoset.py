@@ -32,14 +32,14 @@ side, prefix, cache, epochs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.arg
 def rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 if side == "ours":
-    from energon_arrow.tokens.indexed import IndexedTokens
     from energon_arrow.tokens.nanoset import NanosetBuilder, NanosetConfig
     import fsspec  # noqa: F401  (imported lazily by the storage layer: keep module imports out of the timing)
     import torch  # noqa: F401  (same import baseline as the reference side)
     base = rss(); t = time.perf_counter()
-    tokens_per_epoch = IndexedTokens(prefix).num_tokens
+    builder = NanosetBuilder(NanosetConfig([prefix], 2048, seed=1234, split="1", cache_dir=cache))
+    tokens_per_epoch = builder.tokens[0].num_tokens  # the token files are opened once, as on Megatron's side
     n = None if epochs == 1 else (epochs * tokens_per_epoch - 1) // 2048
-    ds = NanosetBuilder(NanosetConfig([prefix], 2048, seed=1234, split="1", cache_dir=cache)).build([n])[0]
+    ds = builder.build([n])[0]
 else:
     import logging, warnings
     warnings.simplefilter("ignore"); logging.disable(logging.WARNING)

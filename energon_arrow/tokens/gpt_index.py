@@ -22,9 +22,12 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.random import RandomState
+
+from energon_arrow.tokens.legacy_shuffle import shuffle
 
 SPLITS = ("train", "valid", "test")
-_CHUNK = 1 << 22  # document-index entries per step of the running token count (bounds the temporaries)
+_CHUNK = 1 << 16  # document-index entries per step of the running token count (bounds the temporaries)
 _INT32_MAX = np.iinfo(np.int32).max
 
 
@@ -76,20 +79,30 @@ def separate_final_epoch(
 
 
 def document_index(
-    documents: np.ndarray, epochs: int, rs: np.random.RandomState, separate_final: bool
-) -> np.ndarray:
+    sizes: np.ndarray, documents: np.ndarray | range, epochs: int, rs: RandomState, separate_final: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """The split's document ids repeated `epochs` times (int32), shuffled in place by `rs`; with a separate final
-    epoch, the first `epochs - 1` repeats and the last one are shuffled in turn and concatenated."""
-    docs = np.asarray(documents, dtype=np.int32)
+    epoch, the first `epochs - 1` repeats and the last one are shuffled in turn and concatenated. Also returns the
+    documents' lengths in that order (`sizes[doc_index]`, an int32 view): each id is shuffled as one 8-byte item
+    with its length, so the lengths come without a random gather and every swap touches one cache line."""
+    if isinstance(documents, range) and documents.step == 1:
+        docs = np.arange(documents.start, documents.stop, dtype=np.int32)
+        lengths = sizes[documents.start : documents.stop]
+    else:
+        docs = np.asarray(documents, dtype=np.int32)
+        lengths = np.take(sizes, docs)
+    pairs = np.empty((epochs * docs.size, 2), dtype=np.int32)
+    for e in range(epochs):
+        pairs[e * docs.size : (e + 1) * docs.size, 0] = docs
+        pairs[e * docs.size : (e + 1) * docs.size, 1] = lengths
+    items = pairs.view(np.uint64).reshape(-1)
     if separate_final and epochs > 1:
-        out = np.tile(docs, epochs)
-        head = out[: docs.size * (epochs - 1)]
-        rs.shuffle(head)
-        rs.shuffle(out[head.size :])
-        return out
-    out = np.tile(docs, epochs)
-    rs.shuffle(out)
-    return out
+        cut = docs.size * (epochs - 1)
+        shuffle(rs, items[:cut])
+        shuffle(rs, items[cut:])
+    else:
+        shuffle(rs, items)
+    return np.ascontiguousarray(pairs[:, 0]), pairs[:, 1]
 
 
 def count_samples(total_tokens: int, sequence_length: int, extra: int, drop_last: bool) -> int:
@@ -101,20 +114,19 @@ def count_samples(total_tokens: int, sequence_length: int, extra: int, drop_last
 
 
 def sample_index(
-    sizes: np.ndarray,
-    doc_index: np.ndarray,
+    lengths: np.ndarray,
     sequence_length: int,
     total_tokens: int,
     extra: int,
     drop_last: bool = True,
 ) -> np.ndarray:
-    """`[num_samples + 1, 2]` boundaries (document-index position, token offset). int32 when both the document
-    index length and the longest sequence fit in int32 (Megatron's rule), int64 otherwise."""
+    """`[num_samples + 1, 2]` boundaries (document-index position, token offset) over the document lengths in
+    document-index order. int32 when the document index fits in int32, else int64 (Megatron's rule; its other
+    operand, the longest int32 sequence, always fits)."""
     if sequence_length < 1:
         raise ValueError(f"sequence length must be positive, got {sequence_length}")
-    n = doc_index.shape[0]
-    longest = int(sizes.max()) if sizes.size else 0
-    dtype = np.int32 if max(n, longest) <= _INT32_MAX else np.int64
+    n = lengths.shape[0]
+    dtype = np.int32 if n <= _INT32_MAX else np.int64
     num_samples = count_samples(total_tokens, sequence_length, extra, drop_last)
     out = np.zeros((num_samples + 1, 2), dtype=dtype)
     k = 1  # next boundary to place; boundary k sits at stream position k*L and needs tokens up to k*L + extra
@@ -122,33 +134,33 @@ def sample_index(
     for c0 in range(0, n, _CHUNK):
         if k > num_samples:
             break
-        lengths = sizes[doc_index[c0 : c0 + _CHUNK]]
-        ends = np.cumsum(lengths, dtype=np.int64)  # token ends relative to the chunk start (`base` tokens in)
+        chunk = lengths[c0 : c0 + _CHUNK]
+        ends = np.cumsum(chunk, dtype=np.int64)  # token ends relative to the chunk start (`base` tokens in)
         last = base + int(ends[-1])
         k_hi = min(num_samples, (last - extra) // sequence_length)  # boundaries whose target is in this chunk
         if k_hi >= k:
             pos = np.arange(k, k_hi + 1, dtype=np.int64) * sequence_length - base
             local = np.searchsorted(ends, pos + extra, side="left")
             out[k : k_hi + 1, 0] = local + c0
-            out[k : k_hi + 1, 1] = pos - (ends[local] - lengths[local])
+            out[k : k_hi + 1, 1] = pos - (ends[local] - chunk[local])
             k = k_hi + 1
         base = last
     if k <= num_samples:  # the partial tail sample (drop_last=False) runs past the data: Megatron's clamp
         out[k:, 0] = n - 1
-        out[k:, 1] = int(sizes[doc_index[n - 1]]) - extra
+        out[k:, 1] = int(lengths[n - 1]) - extra
     return out
 
 
-def shuffle_index(num_samples: int, total: int, rs: np.random.RandomState) -> np.ndarray:
+def shuffle_index(num_samples: int, total: int, rs: RandomState) -> np.ndarray:
     """A shuffled arange(total) (uint32, or int64 from 2**32 - 2 up); [0, num_samples) and [num_samples, total)
     are shuffled separately when they differ."""
     dtype = np.int64 if total >= np.iinfo(np.uint32).max - 1 else np.uint32
     first = np.arange(num_samples, dtype=dtype)
-    rs.shuffle(first)
+    shuffle(rs, first)
     if num_samples == total:
         return first
     rest = np.arange(num_samples, total, dtype=dtype)
-    rs.shuffle(rest)
+    shuffle(rs, rest)
     return np.concatenate((first, rest))
 
 
@@ -166,16 +178,20 @@ class GPTIndices:
 
 def build_gpt_indices(
     sizes: np.ndarray,
-    documents: np.ndarray,
+    documents: np.ndarray | range,
     num_samples: int | None,
     sequence_length: int,
     seed: int,
     add_extra_token: bool = True,
     drop_last_partial: bool = True,
 ) -> GPTIndices:
-    """The three indices of one split (`documents`: its sequence ids) exactly as GPTDataset builds them."""
+    """The three indices of one split (`documents`: its sequence ids, a range for a contiguous split) exactly as
+    GPTDataset builds them."""
     extra = 1 if add_extra_token else 0
-    tokens_per_epoch = int(np.sum(sizes[documents], dtype=np.int64))
+    if isinstance(documents, range) and documents.step == 1:
+        tokens_per_epoch = int(np.sum(sizes[documents.start : documents.stop], dtype=np.int64))
+    else:
+        tokens_per_epoch = int(np.sum(np.take(sizes, np.asarray(documents)), dtype=np.int64))
     if tokens_per_epoch - extra < sequence_length:
         raise ValueError(
             f"the split holds {tokens_per_epoch} tokens, too few for one sample of sequence length "
@@ -183,11 +199,10 @@ def build_gpt_indices(
         )
     epochs = num_epochs(tokens_per_epoch, num_samples, sequence_length, extra)
     separate = separate_final_epoch(tokens_per_epoch, epochs, num_samples, sequence_length, extra)
-    rs = np.random.RandomState(seed)
-    doc_index = document_index(documents, epochs, rs, separate)
-    samples = sample_index(
-        sizes, doc_index, sequence_length, epochs * tokens_per_epoch, extra, drop_last_partial
-    )
+    rs = RandomState(seed)
+    doc_index, lengths = document_index(sizes, documents, epochs, rs, separate)
+    samples = sample_index(lengths, sequence_length, epochs * tokens_per_epoch, extra, drop_last_partial)
+    del lengths
     total = samples.shape[0] - 1
     if separate:
         sans_final = ((epochs - 1) * tokens_per_epoch - extra) // sequence_length

@@ -9,6 +9,40 @@ from functools import lru_cache
 
 import numpy as np
 
+try:
+    from energon_arrow.tokens._sample_gather import gather_samples as _native_gather
+except ImportError:  # built without a C compiler: sample_pieces + a vectorised numpy gather
+    _native_gather = None
+
+
+def gather_rows_native(
+    tokens: np.ndarray | None,
+    pointers: np.ndarray,
+    sizes: np.ndarray,
+    document_index: np.ndarray,
+    sample_index: np.ndarray,
+    sample_ids: np.ndarray,
+    extra: int,
+    width: int,
+) -> np.ndarray | None:
+    """`[B, width]` token rows of samples `sample_ids` copied straight out of the memory-mapped .bin `tokens` by
+    the compiled gather (one memcpy per piece, no index arrays). None when it does not apply (no compiled
+    extension, a remote dataset, or a short row that needs padding): the caller takes the numpy path."""
+    if _native_gather is None or tokens is None:
+        return None
+    out = np.empty((sample_ids.size, width), tokens.dtype)
+    shortest = _native_gather(
+        tokens,
+        pointers,
+        sizes,
+        np.ascontiguousarray(document_index, dtype=np.int32),
+        np.ascontiguousarray(sample_index),
+        np.ascontiguousarray(sample_ids, dtype=np.int64),
+        extra,
+        out,
+    )
+    return out if shortest == width else None
+
 
 def sample_pieces(
     sample_ids: np.ndarray,
@@ -62,45 +96,74 @@ class MaskOptions:
 
 def gpt_batch(text: np.ndarray, opts: MaskOptions) -> dict[str, np.ndarray]:
     """Megatron GPTDataset outputs for integer rows of `text` ([B, L+1] with the extra token, else [B, L]);
-    tokens/labels come out int64 (widened in the same pass that copies them)."""
+    tokens/labels come out int64 (widened in the same pass that copies them).
+
+    Outputs that are the same for every row come back as read-only broadcast views (batch stride 0) of one
+    cached row: position_ids (arange) without reset_position_ids, loss_mask (ones) when nothing is masked, and the
+    causal attention_mask without reset_attention_mask. They cost no memory per batch; clone one to edit it."""
     if opts.add_extra_token:
         tokens = np.ascontiguousarray(text[:, :-1], dtype=np.int64)
         labels = np.ascontiguousarray(text[:, 1:], dtype=np.int64)
     else:
-        text = text.astype(np.int64, copy=False)
-        tokens = text
-        labels = np.empty_like(text)
-        labels[:, :-1] = text[:, 1:]
+        tokens = text.astype(np.int64)  # a copy even when already int64: rows may be shared with `text`
+        labels = np.empty_like(tokens)
+        labels[:, :-1] = tokens[:, 1:]
         labels[:, -1] = opts.pad_token
     b, length = tokens.shape
     cols = np.arange(length, dtype=np.int64)
-    loss_mask = np.ones((b, length), dtype=np.float32)
-    eod = None if opts.eod_token is None else tokens == opts.eod_token
-    if opts.eod_mask_loss:
-        loss_mask[eod] = 0.0
+    uses_eod = opts.eod_mask_loss or opts.reset_position_ids or opts.reset_attention_mask
+    eod = tokens == opts.eod_token if uses_eod else None
     if opts.reset_position_ids or opts.reset_attention_mask:
         # a document restarts after each EOD: the start of a token's document is one past the last EOD before it
         marks = np.zeros((b, length), dtype=np.int64)
         marks[:, 1:] = np.where(eod[:, :-1], cols[1:], 0)
         doc_start = np.maximum.accumulate(marks, axis=1)
-    position_ids = np.broadcast_to(cols, (b, length)).copy()
-    if opts.reset_position_ids:
-        position_ids -= doc_start
     out = {"tokens": tokens, "labels": labels}
     if opts.create_attention_mask:
         if opts.reset_attention_mask:
             allowed = ~causal_mask(length)[None] & (cols[None, None, :] >= doc_start[:, :, None])
             out["attention_mask"] = ~allowed[:, None]  # True = masked, as Megatron returns it
-        else:  # the same mask for every row and batch: a broadcast view of one cached read-only mask
+        else:
             out["attention_mask"] = np.broadcast_to(causal_mask(length), (b, 1, length, length))
-    padded = labels == opts.pad_token
-    if padded.any():  # rarely: skip two more passes when no pad id occurs
-        loss_mask[padded] = 0.0
-        labels[padded] = 0
-        tokens[tokens == opts.pad_token] = 0
+    # pad ids only occur when the pad id is a possible token (Megatron's default -1 never is in unsigned
+    # data) or when rows were padded/shifted in; then they are zeroed and masked like Megatron does
+    padded = labels == opts.pad_token if _pad_possible(text, opts) else None
+    if padded is not None and not padded.any():
+        padded = None
+    if opts.eod_mask_loss or padded is not None:
+        loss_mask = np.ones((b, length), dtype=np.float32)
+        if opts.eod_mask_loss:
+            loss_mask[eod] = 0.0
+        if padded is not None:
+            loss_mask[padded] = 0.0
+            labels[padded] = 0
+            tokens[tokens == opts.pad_token] = 0
+    else:
+        loss_mask = np.broadcast_to(shared_row("loss_mask", length), (b, length))
     out["loss_mask"] = loss_mask
-    out["position_ids"] = position_ids
+    if opts.reset_position_ids:
+        out["position_ids"] = cols - doc_start
+    else:
+        out["position_ids"] = np.broadcast_to(shared_row("position_ids", length), (b, length))
     return out
+
+
+def _pad_possible(text: np.ndarray, opts: MaskOptions) -> bool:
+    """Whether labels can hold the pad id: always after padding or the no-extra-token shift, else only when the
+    pad id is within the token dtype's range."""
+    if not opts.add_extra_token or not np.issubdtype(text.dtype, np.integer):
+        return True
+    info = np.iinfo(text.dtype)
+    return info.min <= opts.pad_token <= info.max
+
+
+@lru_cache(maxsize=16)
+def shared_row(name: str, length: int) -> np.ndarray:
+    """The read-only row that `gpt_batch` broadcasts for `name`: position_ids (int64 arange) or loss_mask
+    (float32 ones)."""
+    row = np.arange(length, dtype=np.int64) if name == "position_ids" else np.ones(length, dtype=np.float32)
+    row.flags.writeable = False
+    return row
 
 
 @lru_cache(maxsize=8)

@@ -16,6 +16,7 @@ Layout (little-endian, no padding)::
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,58 +155,77 @@ def sequence_pointers(lengths: np.ndarray, itemsize: int, start: int = 0) -> np.
     return out
 
 
+CHECK_WINDOW = 1 << 16  # entries per validation window (bounds the reader's buffers and the temporaries)
+
+WindowReader = Callable[[int, np.dtype, int, int], np.ndarray]
+"""`read(offset, dtype, first, count)`: entries [first, first + count) of the array stored at byte `offset`."""
+
+
+def _windows(read: WindowReader, offset: int, dtype, count: int, window: int):
+    dtype = np.dtype(dtype)
+    for first in range(0, count, window):
+        yield first, read(offset, dtype, first, min(window, count - first))
+
+
 def check_arrays(
     header: IdxHeader,
-    lengths: np.ndarray,
-    pointers: np.ndarray,
-    documents: np.ndarray,
+    read: WindowReader,
     bin_size: int | None,
     idx_path: str,
     bin_path: str,
+    window: int = CHECK_WINDOW,
 ) -> None:
-    """Vectorised consistency checks of the index arrays (and the .bin size when known)."""
-    s = header.sequence_count
-    if lengths.size and (bad := np.flatnonzero(lengths < 0)).size:
-        i = int(bad[0])
-        raise IndexFormatError(idx_path, header.lengths_offset + 4 * i, f"sequence {i} has negative length")
-    if documents.size:
-        if documents[0] != 0:
+    """Vectorised consistency checks of the index arrays (and the .bin size when known), one window at a time:
+    `read` hands out windows of the stored arrays, so a caller that maps each window on its own keeps neither
+    the whole index resident nor any full-size temporary. The offending entry is named by index and offset."""
+    s, h = header.sequence_count, header
+    previous = None  # the last document index of the previous window
+    for first, docs in _windows(read, h.documents_offset, np.int64, h.document_count, window):
+        if first == 0 and docs[0] != 0:
             raise IndexFormatError(
-                idx_path, header.documents_offset, f"document_indices must start at 0, found {documents[0]}"
+                idx_path, h.documents_offset, f"document_indices must start at 0, found {docs[0]}"
             )
-        if (bad := np.flatnonzero(np.diff(documents) < 0)).size:
-            i = int(bad[0]) + 1
-            raise IndexFormatError(
-                idx_path,
-                header.documents_offset + 8 * i,
-                f"document_indices not monotonic: entry {i} is {documents[i]} after {documents[i - 1]}",
-            )
-        if documents[-1] != s:
+        if (previous is not None and docs[0] < previous) or np.any(docs[1:] < docs[:-1]):
+            j = 0 if previous is not None and docs[0] < previous else int(np.argmax(docs[1:] < docs[:-1])) + 1
+            i = first + j
             raise IndexFormatError(
                 idx_path,
-                header.documents_offset + 8 * (documents.size - 1),
-                f"last document index is {documents[-1]}, expected the sequence count {s}",
+                h.documents_offset + 8 * i,
+                f"document_indices not monotonic: entry {i} is {docs[j]} after "
+                f"{docs[j - 1] if j else previous}",
             )
-    if s == 0:
-        return
-    if (bad := np.flatnonzero(pointers < 0)).size:
-        i = int(bad[0])
+        previous = docs[-1]
+    if previous is not None and previous != s:
         raise IndexFormatError(
-            idx_path, header.pointers_offset + 8 * i, f"sequence {i} has a negative pointer"
+            idx_path,
+            h.documents_offset + 8 * (h.document_count - 1),
+            f"last document index is {previous}, expected the sequence count {s}",
         )
-    itemsize = header.dtype.itemsize
-    if itemsize > 1 and (bad := np.flatnonzero(pointers % itemsize)).size:
-        i = int(bad[0])
-        raise IndexFormatError(
-            idx_path, header.pointers_offset + 8 * i, f"sequence {i} pointer is not a multiple of {itemsize}"
-        )
-    ends = pointers + lengths.astype(np.int64) * itemsize
-    if bin_size is not None:
+    itemsize = h.dtype.itemsize  # a power of two: aligned pointers have no low bits set
+    longest_end, longest = -1, -1
+    for first, pointers in _windows(read, h.pointers_offset, np.int64, s, window):
+        lengths = read(h.lengths_offset, np.dtype(np.int32), first, pointers.size)
+        if lengths.min() < 0:
+            i = first + int(np.argmax(lengths < 0))
+            raise IndexFormatError(idx_path, h.lengths_offset + 4 * i, f"sequence {i} has negative length")
+        # one OR over the window finds both a negative pointer (sign bit) and a misaligned one (low bits)
+        if int(np.bitwise_or.reduce(pointers)) & (itemsize - 1 | 1 << 63):
+            i = first + int(np.argmax((pointers < 0) | (pointers % itemsize != 0)))
+            problem = (
+                "has a negative pointer"
+                if pointers[i - first] < 0
+                else f"pointer is not a multiple of {itemsize}"
+            )
+            raise IndexFormatError(idx_path, h.pointers_offset + 8 * i, f"sequence {i} {problem}")
+        ends = lengths.astype(np.int64)
+        ends *= itemsize
+        ends += pointers
         last = int(np.argmax(ends))
-        if int(ends[last]) > bin_size:
-            raise IndexFormatError(
-                bin_path,
-                bin_size,
-                f".bin is {bin_size} bytes but sequence {last} ends at byte {int(ends[last])} "
-                f"(per {idx_path})",
-            )
+        if int(ends[last]) > longest_end:
+            longest_end, longest = int(ends[last]), first + last
+    if bin_size is not None and longest_end > bin_size:
+        raise IndexFormatError(
+            bin_path,
+            bin_size,
+            f".bin is {bin_size} bytes but sequence {longest} ends at byte {longest_end} (per {idx_path})",
+        )

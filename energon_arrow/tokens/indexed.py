@@ -93,15 +93,7 @@ class IndexedTokens:
         bin_size = storage.stat(self.bin_name).size
         self.bin_size = bin_size
         if validate:
-            check_arrays(
-                header,
-                self.sequence_lengths,
-                self.sequence_pointers,
-                self.document_indices,
-                bin_size,
-                self.idx_url,
-                self.bin_url,
-            )
+            self._validate(raw, header)
         if storage.is_local:
             # a plain ndarray view of the read-only map (it keeps the map alive): slicing an np.memmap
             # subclass runs Python per slice (__array_finalize__), a plain view does not
@@ -112,6 +104,37 @@ class IndexedTokens:
         else:
             self._tokens = None
             self._remote = RangeCache(storage, self.bin_name, bin_size, cache_bytes, readahead_bytes)
+
+    def _validate(self, raw: np.ndarray, header: IdxHeader) -> None:
+        """Check the .idx arrays window by window: local files are read with pread into two small reused
+        buffers (no page of the map is touched, so a multi-GB index costs neither RSS nor page faults here);
+        remote ones are already in memory."""
+        if not self.storage.is_local:
+
+            def read(offset, dtype, first, count):
+                return raw[offset + first * dtype.itemsize : offset + (first + count) * dtype.itemsize].view(
+                    dtype
+                )
+
+            check_arrays(header, read, self.bin_size, self.idx_url, self.bin_url)
+            return
+        buffers: dict[
+            int, np.ndarray
+        ] = {}  # one per stored array: a window stays valid until the next of its array
+        fd = os.open(self.storage.local_path(self.idx_name), os.O_RDONLY)
+
+        def read(offset, dtype, first, count):
+            nbytes = count * dtype.itemsize
+            buf = buffers.get(offset)
+            if buf is None or buf.size < nbytes:
+                buf = buffers[offset] = np.empty(nbytes, np.uint8)
+            os.preadv(fd, [memoryview(buf)[:nbytes]], offset + first * dtype.itemsize)
+            return buf[:nbytes].view(dtype)
+
+        try:
+            check_arrays(header, read, self.bin_size, self.idx_url, self.bin_url)
+        finally:
+            os.close(fd)
 
     def _load_idx(self, idx_cache_dir) -> np.ndarray:
         storage = self.storage
@@ -216,6 +239,11 @@ class IndexedTokens:
         else:
             out = self.get_many(np.array([i]), np.array([offset]), np.array([length]))
         return (out, self.sequence_modes[i]) if self.multimodal else out
+
+    @property
+    def local_tokens(self) -> np.ndarray | None:
+        """The whole .bin as a read-only memory-mapped array of `dtype` (local datasets; None for remote ones)."""
+        return self._tokens
 
     def get_many(self, seq_ids, offsets=None, lengths=None, out: np.ndarray | None = None) -> np.ndarray:
         """Gather many pieces in one call: piece k is tokens [offsets[k], offsets[k]+lengths[k]) of sequence

@@ -29,9 +29,11 @@ from energon_arrow.tokens.gpt_index import SPLITS, GPTIndices, build_gpt_indices
 from energon_arrow.tokens.gpt_samples import (
     MaskOptions,
     causal_mask,
+    gather_rows_native,
     gpt_batch,
     rows_from_pieces,
     sample_pieces,
+    shared_row,
 )
 from energon_arrow.tokens.indexed import IndexedTokens
 from energon_arrow.tokens.nanoset_cache import IndexCache, digest, obtain
@@ -136,6 +138,19 @@ class Nanoset:
         if ks.size == 0:
             return np.zeros((0, width), np.int64)
         ids = self.shuffle_index[ks].astype(np.int64)
+        tokens = self.tokens
+        rows = gather_rows_native(
+            tokens.local_tokens,
+            tokens.sequence_pointers,
+            tokens.sequence_lengths,
+            self.document_index,
+            self.sample_index,
+            ids,
+            self._extra,
+            width,
+        )
+        if rows is not None:
+            return rows
         seq, offsets, lengths, counts = sample_pieces(
             ids, self.sample_index, self.document_index, self.tokens.sequence_lengths, self._extra
         )
@@ -196,9 +211,12 @@ class BlendedNanoset:
 
 
 def _single(batch: dict) -> dict:
-    """Sample 0 of a batch. The attention mask is cloned: the batch's may be the cached causal mask, and a
-    sample owns its mask as Megatron's samples do (the batched path shares it, read-only by contract)."""
-    return {key: value[0].clone() if key == "attention_mask" else value[0] for key, value in batch.items()}
+    """Sample 0 of a batch. The fields gpt_batch may broadcast from one cached row are cloned: a sample owns its
+    tensors as Megatron's samples do."""
+    return {key: value[0].clone() if key in _MAYBE_SHARED else value[0] for key, value in batch.items()}
+
+
+_MAYBE_SHARED = frozenset({"attention_mask", "position_ids", "loss_mask"})
 
 
 def _to_torch(batch: dict[str, np.ndarray]) -> dict:
@@ -206,20 +224,22 @@ def _to_torch(batch: dict[str, np.ndarray]) -> dict:
 
     out = {}
     for k, v in batch.items():
-        if k == "attention_mask" and v.strides[0] == 0:  # gpt_batch's broadcast causal mask
-            out[k] = _causal_tensor(v.shape[-1]).expand(v.shape)
+        if v.ndim and v.strides[0] == 0 and v.shape[0]:  # gpt_batch's broadcast of one cached row
+            out[k] = _shared_tensor(k, v.shape[1:]).expand(v.shape)
         else:
             out[k] = torch.from_numpy(np.ascontiguousarray(v))
     return out
 
 
-@lru_cache(maxsize=8)
-def _causal_tensor(length: int):
-    """`[1, L, L]` torch copy of `causal_mask(length)`, made once and expanded over every batch (no L x L
-    allocation per batch). The expanded `attention_mask` shares it: clone before writing into it."""
+@lru_cache(maxsize=16)
+def _shared_tensor(name: str, shape: tuple[int, ...]):
+    """`[1, *shape]` torch twin of the row gpt_batch broadcasts for `name` (causal attention mask, position_ids,
+    loss_mask), made once and expanded over every batch. Writing into the expanded tensor raises in torch;
+    clone it to edit."""
     import torch
 
-    return torch.from_numpy(np.array(causal_mask(length)))[None]
+    row = causal_mask(shape[-1])[None] if name == "attention_mask" else shared_row(name, shape[-1])
+    return torch.from_numpy(np.array(row))[None]
 
 
 class NanosetBuilder:
@@ -293,7 +313,7 @@ class NanosetBuilder:
             try:
                 idx = build_gpt_indices(
                     tokens.sequence_lengths,
-                    np.arange(beg, end, dtype=np.int32),
+                    range(beg, end),
                     num_samples,
                     cfg.sequence_length,
                     cfg.seed,

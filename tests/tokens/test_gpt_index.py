@@ -29,19 +29,17 @@ def test_epochs_and_separate_final_epoch_rule():
 
 
 def test_sample_boundaries_skip_zero_length_documents():
-    sizes = np.array([5, 0, 7, 0, 4], np.int32)
-    doc_index = np.arange(5, dtype=np.int32)
+    lengths = np.array([5, 0, 7, 0, 4], np.int32)  # in document-index order
     # stream: d0 [0,5) d2 [5,12) d4 [12,16); L=4, extra=1: boundaries at 4, 8, 12 need tokens up to 5, 9, 13
-    got = sample_index(sizes, doc_index, 4, 16, 1)
+    got = sample_index(lengths, 4, 16, 1)
     assert got.tolist() == [[0, 0], [0, 4], [2, 3], [4, 0]]
     # without the extra token a boundary at a document end stays in that document
-    got = sample_index(sizes, doc_index, 4, 16, 0)
+    got = sample_index(lengths, 4, 16, 0)
     assert got.tolist() == [[0, 0], [0, 4], [2, 3], [2, 7], [4, 4]]
 
 
 def test_partial_tail_sample_is_clamped_when_kept():
-    sizes = np.array([10], np.int32)
-    got = sample_index(sizes, np.zeros(1, np.int32), 4, 10, 1, drop_last=False)
+    got = sample_index(np.array([10], np.int32), 4, 10, 1, drop_last=False)
     assert got.tolist() == [[0, 0], [0, 4], [0, 8], [0, 9]]
 
 

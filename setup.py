@@ -1,0 +1,17 @@
+"""Build hook for the optional C extensions of the token datasets: a numpy-identical shuffle with prefetching
+(energon_arrow/tokens/_legacy_shuffle.c) and a GPT sample gather (_sample_gather.c). Without a C compiler the
+install still succeeds and the numpy paths are used: same results, slower index builds and batches."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            f"energon_arrow.tokens.{name}",
+            [f"energon_arrow/tokens/{name}.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        )
+        for name in ("_legacy_shuffle", "_sample_gather")
+    ]
+)
