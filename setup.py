@@ -1,6 +1,7 @@
-"""Build hook for the optional C extensions of the token datasets: a numpy-identical shuffle with prefetching
-(energon_arrow/tokens/_legacy_shuffle.c) and a GPT sample gather (_sample_gather.c). Without a C compiler the
-install still succeeds and the numpy paths are used: same results, slower index builds and batches."""
+"""Build hook for the optional C extensions of the token datasets (energon_arrow/tokens/): a numpy-identical
+shuffle with prefetching (_legacy_shuffle.c), the GPT sample boundaries in one pass (_sample_boundaries.c) and a
+GPT sample gather (_sample_gather.c). Without a C compiler the install still succeeds and the numpy paths are used:
+same results, slower index builds and batches."""
 
 from setuptools import Extension, setup
 
@@ -12,6 +13,6 @@ setup(
             extra_compile_args=["-O3"],
             optional=True,
         )
-        for name in ("_legacy_shuffle", "_sample_gather")
+        for name in ("_legacy_shuffle", "_sample_boundaries", "_sample_gather")
     ]
 )

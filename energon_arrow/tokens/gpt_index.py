@@ -1,4 +1,4 @@
-"""GPT sample indices identical to Megatron-Core's `GPTDataset`, built with vectorised numpy.
+"""GPT sample indices identical to Megatron-Core's `GPTDataset`, built with numpy and two small compiled kernels.
 
 Pure functions over the per-sequence token counts of a token dataset (`sequence_lengths`, int32):
 
@@ -6,8 +6,9 @@ Pure functions over the per-sequence token counts of a token dataset (`sequence_
 - `num_epochs`, `separate_final_epoch`: how many passes over the split the requested samples need, and whether the
   last pass is shuffled on its own (when it contributes < 80 % of an epoch);
 - `document_index`: the split's document ids tiled once per epoch (int32) and shuffled by the shared
-  `RandomState`; `sample_index`: `[num_samples + 1, 2]` (position in the document index, token offset), computed
-  from a running token count with `searchsorted` in bounded chunks; `shuffle_index`: a shuffled `arange`;
+  `RandomState` (tokens.legacy_shuffle: numpy's permutation, compiled); `sample_index`: `[num_samples + 1, 2]`
+  (position in the document index, token offset) from a running token count (one compiled pass, or numpy
+  `searchsorted` in bounded chunks without the extension); `shuffle_index`: a shuffled `arange`;
 - `build_gpt_indices`: all three, drawing from ONE `RandomState(seed)`: document index first, shuffle index second.
 
 Sample `k` covers the token stream positions `[k*L, k*L + L + e)` of the documents concatenated in document-index
@@ -25,6 +26,11 @@ import numpy as np
 from numpy.random import RandomState
 
 from energon_arrow.tokens.legacy_shuffle import shuffle
+
+try:
+    from energon_arrow.tokens._sample_boundaries import sample_boundaries as _native_boundaries
+except ImportError:  # built without a C compiler: chunked numpy
+    _native_boundaries = None
 
 SPLITS = ("train", "valid", "test")
 _CHUNK = 1 << 16  # document-index entries per step of the running token count (bounds the temporaries)
@@ -121,13 +127,26 @@ def sample_index(
     drop_last: bool = True,
 ) -> np.ndarray:
     """`[num_samples + 1, 2]` boundaries (document-index position, token offset) over the document lengths in
-    document-index order. int32 when the document index fits in int32, else int64 (Megatron's rule; its other
-    operand, the longest int32 sequence, always fits)."""
+    document-index order (int32). int32 when the document index fits in int32, else int64 (Megatron's rule; its
+    other operand, the longest int32 sequence, always fits). One compiled pass when the extension is built,
+    else chunked numpy (`_sample_index_numpy`); both give the same array."""
     if sequence_length < 1:
         raise ValueError(f"sequence length must be positive, got {sequence_length}")
     n = lengths.shape[0]
     dtype = np.int32 if n <= _INT32_MAX else np.int64
     num_samples = count_samples(total_tokens, sequence_length, extra, drop_last)
+    if _native_boundaries is not None and lengths.dtype == np.int32 and lengths.ndim == 1:
+        out = np.empty((num_samples + 1, 2), dtype=dtype)
+        _native_boundaries(lengths, sequence_length, extra, out)
+        return out
+    return _sample_index_numpy(lengths, sequence_length, num_samples, extra, dtype)
+
+
+def _sample_index_numpy(
+    lengths: np.ndarray, sequence_length: int, num_samples: int, extra: int, dtype
+) -> np.ndarray:
+    """`sample_index` with a running token count per chunk and `searchsorted` for the boundaries in it."""
+    n = lengths.shape[0]
     out = np.zeros((num_samples + 1, 2), dtype=dtype)
     k = 1  # next boundary to place; boundary k sits at stream position k*L and needs tokens up to k*L + extra
     base = 0  # tokens before the current chunk

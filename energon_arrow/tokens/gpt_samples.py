@@ -27,20 +27,24 @@ def gather_rows_native(
 ) -> np.ndarray | None:
     """`[B, width]` token rows of samples `sample_ids` copied straight out of the memory-mapped .bin `tokens` by
     the compiled gather (one memcpy per piece, no index arrays). None when it does not apply (no compiled
-    extension, a remote dataset, or a short row that needs padding): the caller takes the numpy path."""
+    extension, a remote dataset, a short row that needs padding, or an index entry out of range): the caller
+    takes the numpy path, which pads short rows and raises IndexError on a corrupt index."""
     if _native_gather is None or tokens is None:
         return None
     out = np.empty((sample_ids.size, width), tokens.dtype)
-    shortest = _native_gather(
-        tokens,
-        pointers,
-        sizes,
-        np.ascontiguousarray(document_index, dtype=np.int32),
-        np.ascontiguousarray(sample_index),
-        np.ascontiguousarray(sample_ids, dtype=np.int64),
-        extra,
-        out,
-    )
+    try:
+        shortest = _native_gather(
+            tokens,
+            pointers,
+            sizes,
+            np.ascontiguousarray(document_index, dtype=np.int32),
+            np.ascontiguousarray(sample_index),
+            np.ascontiguousarray(sample_ids, dtype=np.int64),
+            extra,
+            out,
+        )
+    except IndexError:  # a corrupt index: the numpy path reports it with numpy's message (or pads, see above)
+        return None
     return out if shortest == width else None
 
 

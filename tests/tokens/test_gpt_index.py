@@ -59,3 +59,24 @@ def _shuffled(rs, n):
     out = np.arange(n, dtype=np.uint32)
     rs.shuffle(out)
     return out
+
+
+def test_compiled_sample_index_equals_the_numpy_one(monkeypatch):
+    from energon_arrow.tokens import gpt_index
+
+    assert gpt_index._native_boundaries is not None  # built by the install
+    rng = np.random.default_rng(4)
+    for trial in range(30):
+        lengths = rng.integers(0, 40, size=int(rng.integers(1, 3000))).astype(np.int32)
+        lengths[rng.random(lengths.size) < 0.2] = 0  # zero-length documents never hold a boundary
+        if trial % 3 == 0:  # a strided view, as the (id, length) pairs hand it over
+            lengths = np.stack([np.zeros_like(lengths), lengths], axis=1)[:, 1]
+        total = int(lengths.sum())
+        seq, extra, drop = int(rng.integers(1, 50)), int(trial % 2), bool(trial % 4 < 2)
+        if total - extra < seq:
+            continue
+        got = sample_index(lengths, seq, total, extra, drop)
+        with monkeypatch.context() as m:
+            m.setattr(gpt_index, "_native_boundaries", None)
+            want = sample_index(lengths, seq, total, extra, drop)
+        assert got.dtype == want.dtype and np.array_equal(got, want), trial

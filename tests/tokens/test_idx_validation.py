@@ -120,3 +120,50 @@ def test_dtype_helpers():
         and optimal_dtype(65500) == np.int32
         and optimal_dtype(None) == np.int32
     )
+
+
+def _window_reader(idx: bytes):
+    raw = np.frombuffer(idx, np.uint8)
+    return lambda offset, dtype, first, count: raw[
+        offset + first * dtype.itemsize : offset + (first + count) * dtype.itemsize
+    ].view(dtype)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 1 << 16])
+def test_windowed_checks_name_the_same_entry_at_any_window_size(window):
+    """Every check carries across window boundaries: the first bad entry is named whatever the window."""
+    from energon_arrow.tokens.idx_format import check_arrays, parse_header
+
+    n = 9
+    lengths = np.arange(1, n + 1, dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1].astype(np.int64) * 2)])
+    docs = np.arange(n + 1, dtype=np.int64)
+
+    def idx(lengths=lengths, pointers=pointers, docs=docs):
+        head = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, dtype_code(np.uint16), n, docs.size)
+        return head + lengths.tobytes() + pointers.tobytes() + docs.tobytes()
+
+    def check(data, bin_size=10**6):
+        check_arrays(
+            parse_header(data[:34], "t.idx"), _window_reader(data), bin_size, "t.idx", "t.bin", window
+        )
+
+    check(idx())
+    bad_docs = docs.copy()
+    bad_docs[5] = 3  # entry 5 after 4: the step down may sit on a window edge
+    with pytest.raises(IndexFormatError, match=f"offset {34 + 12 * n + 40}: .* entry 5 is 3 after 4"):
+        check(idx(docs=bad_docs))
+    bad_lengths = lengths.copy()
+    bad_lengths[[4, 7]] = -1
+    with pytest.raises(IndexFormatError, match=f"offset {34 + 16}: sequence 4 has negative length"):
+        check(idx(lengths=bad_lengths))
+    bad_pointers = pointers.copy()
+    bad_pointers[6] = -2
+    with pytest.raises(IndexFormatError, match="sequence 6 has a negative pointer"):
+        check(idx(pointers=bad_pointers))
+    bad_pointers[6] = 3
+    with pytest.raises(IndexFormatError, match="sequence 6 pointer is not a multiple of 2"):
+        check(idx(pointers=bad_pointers))
+    end = int(pointers[-1] + 2 * lengths[-1])
+    with pytest.raises(IndexFormatError, match=f"sequence {n - 1} ends at byte {end}"):
+        check(idx(), bin_size=end - 1)

@@ -141,12 +141,52 @@ def test_loader_rank_slicing_and_exact_resume(data, tmp_path):
     assert all(np.array_equal(a, b["tokens"].numpy()) for a, b in zip(rest, ranks[1][5:]))
 
 
-def test_single_sample_owns_its_attention_mask(data, tmp_path):
+def test_single_sample_owns_its_shared_fields(data, tmp_path):
     prefix, _ = data
     cfg = NanosetConfig([prefix], 32, seed=5, split="90,10", cache_dir=str(tmp_path / "cache"))
     ds = NanosetBuilder(cfg).build([50])[0]
-    first = ds[0]["attention_mask"]
-    want = first.clone()
-    first.fill_(False)  # a user editing one sample's mask must not change any other sample's
-    assert np.array_equal(ds[1]["attention_mask"].numpy(), want.numpy())
-    assert np.array_equal(ds.get_batch([2, 3])["attention_mask"][0].numpy(), want.numpy())
+    for key, blank in (("attention_mask", False), ("position_ids", 0), ("loss_mask", 0.0)):
+        first = ds[0][key]
+        want = first.clone()
+        first.fill_(blank)  # a user editing one sample's field must not change any other sample's
+        assert np.array_equal(ds[1][key].numpy(), want.numpy())
+        assert np.array_equal(ds.get_batch([2, 3])[key][0].numpy(), want.numpy())
+
+
+def test_batch_broadcast_fields_are_shared_and_refuse_writes(data, tmp_path):
+    prefix, _ = data
+    ds = NanosetBuilder(_config(prefix, tmp_path)).build([50])[0]
+    batch = ds.get_batch([0, 1, 2])
+    assert batch["position_ids"].stride(0) == 0 and batch["loss_mask"].stride(0) == 0
+    assert np.array_equal(batch["position_ids"].numpy(), np.tile(np.arange(32), (3, 1)))
+    assert np.array_equal(batch["loss_mask"].numpy(), np.ones((3, 32), np.float32))
+    with pytest.raises(RuntimeError):
+        batch["loss_mask"][:, 0] = 0.0  # torch refuses writes through an expanded tensor
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+@pytest.mark.parametrize("extra", [True, False])
+def test_compiled_gather_equals_the_numpy_gather(tmp_path, monkeypatch, dtype, extra):
+    from energon_arrow.tokens import gpt_samples
+
+    assert gpt_samples._native_gather is not None  # built by the install (see test_legacy_shuffle)
+    prefix = str(tmp_path / "c")
+    _write(prefix, np.random.default_rng(3).integers(0, 70, size=400), dtype=dtype)  # zero-length docs too
+    cfg = _config(prefix, tmp_path, add_extra_token=extra, drop_last_partial_validation_sequence=False)
+    train, valid = NanosetBuilder(cfg).build([700, None])[:2]
+    picks = {ds: np.random.default_rng(0).integers(0, len(ds), size=200) for ds in (train, valid)}
+    native = {ds: ds.get_batch(ks) for ds, ks in picks.items()}
+    monkeypatch.setattr(gpt_samples, "_native_gather", None)
+    for ds, ks in picks.items():
+        numpy_path = ds.get_batch(ks)
+        for key in ("tokens", "labels", "loss_mask", "position_ids"):
+            assert np.array_equal(native[ds][key].numpy(), numpy_path[key].numpy()), key
+
+
+def test_compiled_gather_refuses_a_corrupt_index(data, tmp_path):
+    prefix, _ = data
+    ds = NanosetBuilder(_config(prefix, tmp_path)).build([50])[0]
+    ds.document_index = ds.document_index.copy()
+    ds.document_index[:] = 10**6  # sequence ids past the token file
+    with pytest.raises(IndexError):
+        ds.get_batch(np.arange(len(ds)))
