@@ -1,4 +1,5 @@
-"""Blending several datasets exactly like Megatron-Core's `BlendedDataset`, vectorised.
+"""Blending several datasets exactly like Megatron-Core's `BlendedDataset`: one compiled greedy walk
+(`_blend.c`) when the extension is built, else the vectorised numpy walk below.
 
 Megatron's rule is a greedy walk: sample k goes to the dataset i with the largest error
 `w_i * max(k, 1) - count_i` (float64, the first dataset wins ties), and `dataset_sample_index[k]` is how many
@@ -17,6 +18,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+try:
+    from energon_arrow.tokens._blend import blending_indices as _native_blend
+except ImportError:  # built without a C compiler: the numpy walk
+    _native_blend = None
 
 _MIN_WINDOW = 64
 _MAX_WINDOW = 1 << 18
@@ -62,6 +68,9 @@ def blending_indices(weights, size: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"a blend holds at most 32766 datasets, got {d}")
     dataset_index = np.empty(size, dtype=np.int16)
     dataset_sample_index = np.empty(size, dtype=np.int64)
+    if _native_blend is not None:
+        _native_blend(np.ascontiguousarray(w), dataset_index, dataset_sample_index)
+        return dataset_index, dataset_sample_index
     counts = np.zeros(d, dtype=np.int64)
     k = 0
     window = 1024

@@ -1,4 +1,4 @@
-"""Blending: the vectorised predict/verify walk equals the plain greedy rule step by step."""
+"""Blending: the compiled walk and the vectorised predict/verify walk both equal the plain greedy rule."""
 
 from __future__ import annotations
 
@@ -21,10 +21,16 @@ def _greedy(w, size):
     return np.array(ds), np.array(inner)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("seed", range(6))
-def test_matches_the_greedy_rule(seed):
+def test_matches_the_greedy_rule(seed, compiled, monkeypatch):
+    from energon_arrow.tokens import blend
+
+    assert blend._native_blend is not None  # built by the install
+    if not compiled:
+        monkeypatch.setattr(blend, "_native_blend", None)
     rng = np.random.default_rng(seed)
-    w = normalize(rng.random(2 + seed % 3) + 0.05)
+    w = normalize(rng.random(2 + seed % 4) + 0.05)
     size = int(rng.integers(1, 20_000))
     ds, inner = blending_indices(w, size)
     want_ds, want_inner = _greedy(w, size)
