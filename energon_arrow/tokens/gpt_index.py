@@ -108,7 +108,9 @@ def document_index(
         shuffle(rs, items[cut:])
     else:
         shuffle(rs, items)
-    return np.ascontiguousarray(pairs[:, 0]), pairs[:, 1]
+    out = docs if epochs == 1 and isinstance(documents, range) else np.empty(pairs.shape[0], np.int32)
+    np.copyto(out, pairs[:, 0])  # one epoch of a range: back into the ids' own (already touched) buffer
+    return out, pairs[:, 1]
 
 
 def count_samples(total_tokens: int, sequence_length: int, extra: int, drop_last: bool) -> int:
