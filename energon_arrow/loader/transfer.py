@@ -9,6 +9,7 @@ untouched) and hands them back on the target device.
   batch i+1 overlaps the consumer's compute on batch i. The consumer stream waits on the copy event before the
   batch is returned, and the device tensors are `record_stream`-ed so the caching allocator never recycles them
   early.
+- A leaf broadcast over the batch (batch stride 0) crosses as its one row and is expanded again on the device.
 - Without CUDA (or with a CPU target): the same iterator protocol runs without pinning, streams or warnings; the
   batches are returned as they are (already on the host).
 
@@ -80,6 +81,15 @@ def cuda_target(device: str | torch.device | None) -> torch.device | None:
     return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
 
 
+def sent_part(t: torch.Tensor) -> torch.Tensor:
+    """What crosses to the device for a leaf: the whole tensor, or for a batch-broadcast leaf (batch stride 0, such
+    as the Nanoset's shared causal mask, position ids or loss mask) its one row, expanded back on the device, so a
+    [B, 1, L, L] mask costs one L x L copy instead of B."""
+    if t.dim() and t.shape[0] > 1 and t.stride(0) == 0:
+        return t[:1]
+    return t
+
+
 class _PinnedSet:
     """One set of pinned host buffers for one batch layout (shapes + dtypes of the tensor leaves)."""
 
@@ -122,29 +132,30 @@ class DeviceTransfer:
         if self.device is None:
             return batch
         leaves = tensor_leaves(batch)
-        layout = tuple((tuple(t.shape), t.dtype) for t in leaves)
+        sends = [sent_part(t) for t in leaves]
+        layout = tuple((tuple(t.shape), t.dtype) for t in sends)
         pinned = self._pinned_for(layout)
-        for buf, t in zip(pinned.buffers, leaves):
+        for buf, t in zip(pinned.buffers, sends):
             if t.is_pinned():
                 continue
             buf.copy_(t)
-        srcs = [t if t.is_pinned() else buf for buf, t in zip(pinned.buffers, leaves)]
+        srcs = [t if t.is_pinned() else buf for buf, t in zip(pinned.buffers, sends)]
         with torch.cuda.stream(self._stream):
             outs = [s.to(self.device, non_blocking=True) for s in srcs]
             pinned.event = torch.cuda.Event()
             pinned.event.record(self._stream)
-        return batch, outs, pinned.event
+        return batch, outs, pinned.event, [t.shape for t in leaves]
 
     def finish(self, handle: Any) -> Any:
         """The batch on the target device; the current stream waits for its copy."""
         if self.device is None:
             return handle
-        batch, outs, event = handle
+        batch, outs, event, shapes = handle
         current = torch.cuda.current_stream(self.device)
         current.wait_event(event)
         for t in outs:
             t.record_stream(current)
-        return replace_leaves(batch, outs)
+        return replace_leaves(batch, [o.expand(shape) for o, shape in zip(outs, shapes)])
 
     def __call__(self, batch: Any) -> Any:
         return self.finish(self.start(batch))

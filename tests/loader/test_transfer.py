@@ -7,7 +7,13 @@ import warnings
 import pytest
 import torch
 
-from energon_arrow.loader.transfer import DeviceTransfer, iter_to_device, replace_leaves, tensor_leaves
+from energon_arrow.loader.transfer import (
+    DeviceTransfer,
+    iter_to_device,
+    replace_leaves,
+    sent_part,
+    tensor_leaves,
+)
 
 
 def _batch(i: int) -> dict:
@@ -58,11 +64,23 @@ def test_default_device_without_cuda_stays_on_host():
         DeviceTransfer("cuda")
 
 
+def test_batch_broadcast_leaves_send_one_row():
+    mask = torch.tril(torch.ones(8, 8, dtype=torch.bool))[None, None].expand(4, 1, 8, 8)
+    tokens = torch.arange(12).reshape(4, 3)
+    assert sent_part(mask).shape == (1, 1, 8, 8) and torch.equal(sent_part(mask).expand(mask.shape), mask)
+    assert sent_part(tokens) is tokens
+    single = mask[:1]
+    assert sent_part(single) is single
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_path_copies_through_pinned_buffers_in_order():
     batches = [_batch(i) for i in range(6)]
+    for b in batches:
+        b["position_ids"] = torch.arange(5)[None].expand(len(b["tokens"]), 5)
     out = list(iter_to_device(iter(batches), device="cuda", depth=2))
     torch.cuda.synchronize()
     for src, dst in zip(batches, out):
         assert dst["tokens"].is_cuda and torch.equal(dst["tokens"].cpu(), src["tokens"])
+        assert dst["position_ids"].is_cuda and torch.equal(dst["position_ids"].cpu(), src["position_ids"])
         assert dst["__key__"] == src["__key__"]
