@@ -1,5 +1,5 @@
 """Blending several datasets exactly like Megatron-Core's `BlendedDataset`: one compiled greedy walk
-(`_blend.c`) when the extension is built, else the vectorised numpy walk below.
+(`kernels/blend.c`) when the extension is built, else the vectorised numpy walk below.
 
 Megatron's rule is a greedy walk: sample k goes to the dataset i with the largest error
 `w_i * max(k, 1) - count_i` (float64, the first dataset wins ties), and `dataset_sample_index[k]` is how many
@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 try:
-    from energon_arrow.tokens._blend import blending_indices as _native_blend
+    from energon_arrow.tokens._kernels import blending_indices as _native_blend
 except ImportError:  # built without a C compiler: the numpy walk
     _native_blend = None
 

@@ -28,7 +28,7 @@ from numpy.random import RandomState
 from energon_arrow.tokens.legacy_shuffle import shuffle
 
 try:
-    from energon_arrow.tokens._sample_boundaries import sample_boundaries as _native_boundaries
+    from energon_arrow.tokens._kernels import sample_boundaries as _native_boundaries
 except ImportError:  # built without a C compiler: chunked numpy
     _native_boundaries = None
 

@@ -10,7 +10,7 @@ from functools import lru_cache
 import numpy as np
 
 try:
-    from energon_arrow.tokens._sample_gather import gather_samples as _native_gather
+    from energon_arrow.tokens._kernels import gather_samples as _native_gather
 except ImportError:  # built without a C compiler: sample_pieces + a vectorised numpy gather
     _native_gather = None
 

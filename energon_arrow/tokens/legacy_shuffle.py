@@ -1,5 +1,5 @@
 """`shuffle(rs, array)`: exactly `rs.shuffle(array)` for a numpy legacy `RandomState`, through the compiled
-prefetching loop (`_legacy_shuffle.c`) when it was built and applies (contiguous 1-D arrays of 4- or 8-byte items,
+prefetching loop (`kernels/legacy_shuffle.c`) when it was built and applies (contiguous 1-D arrays of 4- or 8-byte items,
 fewer than 2**32 of them), else through numpy itself. Both give the same permutation and leave `rs` in the same
 state; the compiled loop is 3-5x faster."""
 
@@ -9,7 +9,7 @@ import numpy as np
 from numpy.random import RandomState
 
 try:
-    from energon_arrow.tokens._legacy_shuffle import legacy_shuffle as _native
+    from energon_arrow.tokens._kernels import legacy_shuffle as _native
 except ImportError:  # built without a C compiler: numpy's own loop
     _native = None
 

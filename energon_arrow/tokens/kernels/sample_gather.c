@@ -5,8 +5,7 @@
  * in between). Each piece is one memcpy; the GIL is released while copying. Every index is bounds-checked
  * first, so a corrupt index raises instead of reading outside the map (the caller then reports it precisely).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernels.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -51,7 +50,7 @@ static int64_t fill_row(const corpus *c, int64_t k, char *row, int64_t width) {
     return written;
 }
 
-static PyObject *gather_samples(PyObject *self, PyObject *args) {
+PyObject *gather_samples(PyObject *self, PyObject *args) {
     Py_buffer bin, pointers, sizes, doc_index, sample_index, ids, out;
     long long extra;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*Lw*", &bin, &pointers, &sizes, &doc_index, &sample_index, &ids,
@@ -96,14 +95,3 @@ static PyObject *gather_samples(PyObject *self, PyObject *args) {
     PyBuffer_Release(&out);
     return result;
 }
-
-static PyMethodDef methods[] = {
-    {"gather_samples", gather_samples, METH_VARARGS,
-     "gather_samples(bin, pointers, sizes, document_index, sample_index, sample_ids, extra, out) -> shortest: "
-     "copy samples `sample_ids` (int64) into the rows of `out` (C-contiguous [B, width], the .bin's dtype); "
-     "returns the fewest tokens written to a row (< width: rows need padding). IndexError on a corrupt index."},
-    {NULL, NULL, 0, NULL}};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sample_gather", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit__sample_gather(void) { return PyModule_Create(&module); }

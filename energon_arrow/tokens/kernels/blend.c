@@ -2,12 +2,11 @@
  * w_i * max(k, 1) - count_i (float64, the first dataset wins ties), and its dataset_sample_index is that dataset's
  * count before the step. Built with -ffp-contract=off so every product and difference rounds as in Megatron.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernels.h"
 #include <stdint.h>
 #include <stdlib.h>
 
-static PyObject *blending_indices(PyObject *self, PyObject *args) {
+PyObject *blending_indices(PyObject *self, PyObject *args) {
     Py_buffer weights, dataset_index, sample_index;
     if (!PyArg_ParseTuple(args, "y*w*w*", &weights, &dataset_index, &sample_index)) return NULL;
     PyObject *result = NULL;
@@ -48,13 +47,3 @@ static PyObject *blending_indices(PyObject *self, PyObject *args) {
     PyBuffer_Release(&sample_index);
     return result;
 }
-
-static PyMethodDef methods[] = {
-    {"blending_indices", blending_indices, METH_VARARGS,
-     "blending_indices(weights, dataset_index, dataset_sample_index): fill the int16 / int64 outputs with "
-     "Megatron's greedy blend of normalised float64 `weights`."},
-    {NULL, NULL, 0, NULL}};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_blend", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit__blend(void) { return PyModule_Create(&module); }

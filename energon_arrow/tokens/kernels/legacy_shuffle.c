@@ -11,8 +11,7 @@
  * caller's RandomState continues exactly where numpy's shuffle would have left it. Arrays of 2^32 items or more
  * (where numpy switches to 64-bit draws) are left to numpy by the Python wrapper.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernels.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -92,7 +91,7 @@ static void draw_block(mt_state *s, uint32_t *js, uint64_t hi, uint64_t lo) {
 DEFINE_SHUFFLE(shuffle32, uint32_t)
 DEFINE_SHUFFLE(shuffle64, uint64_t)
 
-static PyObject *legacy_shuffle(PyObject *self, PyObject *args) {
+PyObject *legacy_shuffle(PyObject *self, PyObject *args) {
     Py_buffer data, key;
     int pos;
     if (!PyArg_ParseTuple(args, "w*w*i", &data, &key, &pos)) return NULL;
@@ -121,13 +120,3 @@ static PyObject *legacy_shuffle(PyObject *self, PyObject *args) {
     PyBuffer_Release(&key);
     return result;
 }
-
-static PyMethodDef methods[] = {
-    {"legacy_shuffle", legacy_shuffle, METH_VARARGS,
-     "legacy_shuffle(data, key, pos) -> pos: shuffle `data` (4- or 8-byte items) in place like numpy's "
-     "RandomState.shuffle from MT19937 state (key: 624 uint32 words, updated in place; pos); returns the new pos."},
-    {NULL, NULL, 0, NULL}};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_legacy_shuffle", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit__legacy_shuffle(void) { return PyModule_Create(&module); }

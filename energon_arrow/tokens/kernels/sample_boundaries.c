@@ -5,8 +5,7 @@
  * position, token offset into that document). Boundaries past the data (a kept partial tail) are clamped to the
  * last document at its length - extra. Row 0 is (0, 0).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernels.h"
 #include <stdint.h>
 
 #define DEFINE_FILL(NAME, OUT)                                                                          \
@@ -34,7 +33,7 @@
 DEFINE_FILL(fill32, int32_t)
 DEFINE_FILL(fill64, int64_t)
 
-static PyObject *sample_boundaries(PyObject *self, PyObject *args) {
+PyObject *sample_boundaries(PyObject *self, PyObject *args) {
     PyObject *lengths_obj;
     Py_buffer out, lengths;
     long long seq, extra;
@@ -64,14 +63,3 @@ static PyObject *sample_boundaries(PyObject *self, PyObject *args) {
     PyBuffer_Release(&out);
     return result;
 }
-
-static PyMethodDef methods[] = {
-    {"sample_boundaries", sample_boundaries, METH_VARARGS,
-     "sample_boundaries(lengths, sequence_length, extra, out): fill `out` ([num_samples + 1, 2], int32 or int64) "
-     "with the (document-index position, offset) of every sample boundary over `lengths` (1-D int32, any "
-     "stride)."},
-    {NULL, NULL, 0, NULL}};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sample_boundaries", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit__sample_boundaries(void) { return PyModule_Create(&module); }
