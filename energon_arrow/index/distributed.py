@@ -17,18 +17,20 @@ from energon_arrow.index.prepare import PrepareOptions, PrepareResult, plan_prep
 from energon_arrow.index.workers import default_workers, index_shards
 
 
-def _world() -> tuple[int, int]:
-    """(rank, world_size) of the torch.distributed job this process belongs to; (0, 1) when none."""
+def _world() -> tuple[int, int, bool]:
+    """(rank, world_size, joined_here) of the torch.distributed job this process belongs to; (0, 1, False) when
+    none. `joined_here`: this call initialised the process group (so prepare must also destroy it)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         dist = sys.modules.get("torch.distributed")  # a group can only exist if the caller imported torch
         if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
+            return dist.get_rank(), dist.get_world_size(), False
+        return 0, 1, False
     import torch.distributed as dist
 
-    if not dist.is_initialized():
+    joined = not dist.is_initialized()
+    if joined:
         dist.init_process_group("gloo", init_method="env://")
-    return dist.get_rank(), dist.get_world_size()
+    return dist.get_rank(), dist.get_world_size(), joined
 
 
 def _local_share(storage, to_index, rank: int, world: int, workers: int) -> list[tuple[int, object]]:
@@ -43,7 +45,22 @@ def _local_share(storage, to_index, rank: int, world: int, workers: int) -> list
 
 
 def prepare_distributed(storage, options: PrepareOptions, progress=None) -> PrepareResult | None:
-    rank, world = _world()
+    rank, world, joined = _world()
+    if not joined:
+        return _prepare_in_group(storage, options, progress, rank, world)
+    import torch.distributed as dist
+
+    try:
+        return _prepare_in_group(storage, options, progress, rank, world)
+    finally:
+        # a group left to interpreter shutdown can abort the process ("terminate called without an active
+        # exception") after a successful prepare: every rank leaves it here, together
+        dist.destroy_process_group()
+
+
+def _prepare_in_group(
+    storage, options: PrepareOptions, progress, rank: int, world: int
+) -> PrepareResult | None:
     if world <= 1 or options.tar_index_only:
         if world > 1 and rank != 0:
             return None
