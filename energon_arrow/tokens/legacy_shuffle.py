@@ -1,7 +1,7 @@
 """`shuffle(rs, array)`: exactly `rs.shuffle(array)` for a numpy legacy `RandomState`, through the compiled
-prefetching loop (`kernels/legacy_shuffle.c`) when it was built and applies (contiguous 1-D arrays of 4- or 8-byte items,
-fewer than 2**32 of them), else through numpy itself. Both give the same permutation and leave `rs` in the same
-state; the compiled loop is 3-5x faster."""
+prefetching loop (`kernels/legacy_shuffle.c`) when it was built and applies (contiguous 1-D arrays of 4- or
+8-byte items, fewer than 2**32 of them), else through numpy itself. Both give the same permutation and leave `rs`
+in the same state; the compiled loop is 3-5x faster."""
 
 from __future__ import annotations
 
