@@ -12,8 +12,11 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from energon_arrow.adapters.errors import StorageError, classify
+from energon_arrow.adapters.errors import StorageError, TransientError, classify
 
+# objects up to this size are written by the lean direct client (one PUT each, adapters.s3direct); larger ones
+# by s3fs (multipart above its own threshold)
+DIRECT_PUT_LIMIT = 64 << 20
 STALE_STAGING_S = 24 * 3600  # no publish takes a day: older staging folders were abandoned by a crash
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -21,7 +24,7 @@ _AT_FDCWD = -100
 
 def write_atomic(storage, rel: str, data: bytes) -> None:
     if not storage.is_local:
-        storage._call(rel, lambda: storage.fs.pipe_file(storage.path_of(rel), data))
+        put_objects(storage, {rel: data})
         return
     path = storage.path_of(rel)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
@@ -36,6 +39,37 @@ def write_atomic(storage, rel: str, data: bytes) -> None:
     except OSError as exc:
         _silent_remove(tmp)
         raise classify(exc, storage.url_of(rel)) from None
+
+
+def put_objects(storage, items: Mapping[str, bytes]) -> None:
+    """Write whole objects of a remote store (relative path -> content), one PUT each, all at once where the
+    direct client serves them. Each object appears whole or not at all; a failed PUT is retried per the
+    storage's policy when transient, and the first failure is raised naming its URL."""
+    direct = storage._direct
+    small = [rel for rel, data in items.items() if direct is not None and len(data) <= DIRECT_PUT_LIMIT]
+    if len(small) == 1:
+        request = (*storage.path_of(small[0]).split("/", 1), bytes(items[small[0]]))
+        storage._call(small[0], lambda: direct.put(*request))
+    elif small:
+        requests = [(*storage.path_of(rel).split("/", 1), bytes(items[rel])) for rel in small]
+        for rel, request, result in zip(small, requests, direct.put_many(requests)):
+            if result is None:
+                continue
+            error = classify(result, storage.url_of(rel))
+            if not isinstance(error, TransientError):
+                raise error from None
+            storage._call(rel, lambda request=request: direct.put(*request))
+    for rel in small:
+        storage.fs.invalidate_cache(storage.path_of(rel))  # s3fs's listings cache must not go stale
+    rest = {rel: data for rel, data in items.items() if direct is None or len(data) > DIRECT_PUT_LIMIT}
+    if len(rest) == 1:
+        rel, data = next(iter(rest.items()))
+        storage._call(rel, lambda: storage.fs.pipe_file(storage.path_of(rel), data))
+    elif rest:  # s3fs sends them concurrently
+        try:
+            storage.fs.pipe({storage.path_of(rel): data for rel, data in rest.items()})
+        except Exception as exc:  # noqa: BLE001 - classified into a StorageError naming the URL
+            raise classify(exc, storage.url_of(next(iter(rest)))) from None
 
 
 def publish_folder(
@@ -153,8 +187,12 @@ def _publish_remote(storage, rel_dir, files, keep_existing):
             write_atomic(storage, rel, bytes(content))
             return
         local = os.fspath(content)
-        # streamed (multipart for large files); the object appears whole when the upload completes
-        storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel)))
+        if storage._direct is not None and os.path.getsize(local) <= DIRECT_PUT_LIMIT:
+            with open(local, "rb") as f:
+                put_objects(storage, {rel: f.read()})
+        else:
+            # streamed (multipart for large files); the object appears whole when the upload completes
+            storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel)))
         _silent_remove(local)  # moved in, as on local disk
 
     items = list(files.items())

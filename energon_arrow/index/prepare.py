@@ -264,6 +264,8 @@ def prepare_dataset(
                     options.dataset_yaml.sample_type, sorted(part_types)
                 )
         files_out[INDEX_UUID] = new_index_uuid()
+        for _ in scanned:  # exhausted: the last `.tar.idx` uploads are done before the index is published
+            pass
         storage.publish_folder(META_DIR, files_out, keep_existing=True)
         sizes = {f.path: f.size for f in shards}
         result.shards = len(counts)
