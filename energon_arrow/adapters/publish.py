@@ -85,15 +85,17 @@ def publish_folder(
     complete set last.
     """
     for fname in files:
-        parts = fname.split("/")
-        if not fname or fname.startswith("/") or ".." in parts or "" in parts:
-            raise StorageError(
-                storage.url_of(rel_dir), f"cannot publish {fname!r}: names must be relative paths"
-            )
+        _check_name(storage, rel_dir, fname)
     if storage.is_local:
         _publish_local(storage, rel_dir, files, keep_existing)
     else:
         _publish_remote(storage, rel_dir, files, keep_existing)
+
+
+def _check_name(storage, rel_dir: str, fname: str) -> None:
+    parts = fname.split("/")
+    if not fname or fname.startswith("/") or ".." in parts or "" in parts:
+        raise StorageError(storage.url_of(rel_dir), f"cannot publish {fname!r}: names must be relative paths")
 
 
 def _publish_local(storage, rel_dir, files, keep_existing):
@@ -180,13 +182,62 @@ def _publish_remote(storage, rel_dir, files, keep_existing):
         if not isinstance(content, (bytes, bytearray, memoryview)) and not os.path.isfile(os.fspath(content)):
             missing = FileNotFoundError(f"no local file {os.fspath(content)!r} to publish as {fname!r}")
             raise classify(missing, storage.url_of(f"{prefix}/{fname}"))
+    items = list(files.items())
+    if not items:
+        return
+    upload = RemoteFolderUpload(storage, rel_dir, workers=max(1, min(8, len(items) - 1)))
+    try:
+        for fname, content in items[:-1]:
+            upload.add(fname, content)
+    except BaseException:
+        upload.abort()
+        raise
+    upload.finish(*items[-1])
+    if not keep_existing:
+        for info in storage.child(prefix).scan("**/*"):
+            if info.path not in files:
+                storage.remove(f"{prefix}/{info.path}")
 
-    def put(fname, content):
-        rel = f"{prefix}/{fname}"
+
+class RemoteFolderUpload:
+    """An object-store folder written file by file as the files become ready: `add(name, content)` starts the
+    upload of one file (bytes, or a local file that is moved in) in the background; `finish(name, content)`
+    waits for all of them (raising the first error) and only then writes that last file, the set's marker;
+    `abort()` waits for the uploads in flight and drops the rest. Object stores have no multi-object
+    transaction: a failure can leave some files of the new set beside the old marker."""
+
+    def __init__(self, storage, rel_dir: str, workers: int = 8):
+        self.storage = storage
+        self.prefix = rel_dir.rstrip("/")
+        self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="ea-publish")
+        self._sent: list[cf.Future] = []
+
+    def add(self, fname: str, content) -> None:
+        _check_name(self.storage, self.prefix, fname)
+        self._sent.append(self._pool.submit(self._put, fname, content))
+
+    def finish(self, fname: str, content) -> None:
+        _check_name(self.storage, self.prefix, fname)
+        try:
+            for fut in self._sent:
+                fut.result()
+        finally:
+            self.abort()
+        self._put(fname, content)
+
+    def abort(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _put(self, fname: str, content) -> None:
+        storage = self.storage
+        rel = f"{self.prefix}/{fname}"
         if isinstance(content, (bytes, bytearray, memoryview)):
             write_atomic(storage, rel, bytes(content))
             return
         local = os.fspath(content)
+        if not os.path.isfile(local):
+            missing = FileNotFoundError(f"no local file {local!r} to publish as {fname!r}")
+            raise classify(missing, storage.url_of(rel))
         if storage._direct is not None and os.path.getsize(local) <= DIRECT_PUT_LIMIT:
             with open(local, "rb") as f:
                 put_objects(storage, {rel: f.read()})
@@ -194,18 +245,6 @@ def _publish_remote(storage, rel_dir, files, keep_existing):
             # streamed (multipart for large files); the object appears whole when the upload completes
             storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel)))
         _silent_remove(local)  # moved in, as on local disk
-
-    items = list(files.items())
-    if len(items) > 1:  # every file but the last at once; the last (the set's marker) only after all of them
-        with cf.ThreadPoolExecutor(min(8, len(items) - 1), thread_name_prefix="ea-publish") as pool:
-            for fut in [pool.submit(put, fname, content) for fname, content in items[:-1]]:
-                fut.result()
-    if items:
-        put(*items[-1])
-    if not keep_existing:
-        for info in storage.child(prefix).scan("**/*"):
-            if info.path not in files:
-                storage.remove(f"{prefix}/{info.path}")
 
 
 def _fsync_dir(path: str) -> None:
