@@ -14,9 +14,10 @@ from collections.abc import Mapping
 
 from energon_arrow.adapters.errors import StorageError, TransientError, classify
 
-# objects up to this size are written by the lean direct client (one PUT each, adapters.s3direct); larger ones
-# by s3fs (multipart above its own threshold)
+# objects up to these sizes are written by the lean direct client (one PUT each, adapters.s3direct): bytes in
+# memory, and local files (streamed from disk); larger ones by s3fs (multipart above its own threshold)
 DIRECT_PUT_LIMIT = 64 << 20
+DIRECT_FILE_PUT_LIMIT = 512 << 20
 STALE_STAGING_S = 24 * 3600  # no publish takes a day: older staging folders were abandoned by a crash
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -238,9 +239,10 @@ class RemoteFolderUpload:
         if not os.path.isfile(local):
             missing = FileNotFoundError(f"no local file {local!r} to publish as {fname!r}")
             raise classify(missing, storage.url_of(rel))
-        if storage._direct is not None and os.path.getsize(local) <= DIRECT_PUT_LIMIT:
-            with open(local, "rb") as f:
-                put_objects(storage, {rel: f.read()})
+        direct = storage._direct
+        if direct is not None and os.path.getsize(local) <= DIRECT_FILE_PUT_LIMIT:
+            storage._call(rel, lambda: direct.put_file(*storage.path_of(rel).split("/", 1), local))
+            storage.fs.invalidate_cache(storage.path_of(rel))
         else:
             # streamed (multipart for large files); the object appears whole when the upload completes
             storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel)))
