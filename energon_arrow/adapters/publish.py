@@ -12,8 +12,12 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from energon_arrow.adapters.errors import StorageError, classify
+from energon_arrow.adapters.errors import StorageError, TransientError, classify
 
+# objects up to these sizes are written by the lean direct client (one PUT each, adapters.s3direct): bytes in
+# memory, and local files (streamed from disk); larger ones by s3fs (multipart above its own threshold)
+DIRECT_PUT_LIMIT = 64 << 20
+DIRECT_FILE_PUT_LIMIT = 512 << 20
 STALE_STAGING_S = 24 * 3600  # no publish takes a day: older staging folders were abandoned by a crash
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -21,7 +25,7 @@ _AT_FDCWD = -100
 
 def write_atomic(storage, rel: str, data: bytes) -> None:
     if not storage.is_local:
-        storage._call(rel, lambda: storage.fs.pipe_file(storage.path_of(rel), data))
+        put_objects(storage, {rel: data})
         return
     path = storage.path_of(rel)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
@@ -38,6 +42,37 @@ def write_atomic(storage, rel: str, data: bytes) -> None:
         raise classify(exc, storage.url_of(rel)) from None
 
 
+def put_objects(storage, items: Mapping[str, bytes]) -> None:
+    """Write whole objects of a remote store (relative path -> content), one PUT each, all at once where the
+    direct client serves them. Each object appears whole or not at all; a failed PUT is retried per the
+    storage's policy when transient, and the first failure is raised naming its URL."""
+    direct = storage._direct
+    small = [rel for rel, data in items.items() if direct is not None and len(data) <= DIRECT_PUT_LIMIT]
+    if len(small) == 1:
+        request = (*storage.path_of(small[0]).split("/", 1), bytes(items[small[0]]))
+        storage._call(small[0], lambda: direct.put(*request))
+    elif small:
+        requests = [(*storage.path_of(rel).split("/", 1), bytes(items[rel])) for rel in small]
+        for rel, request, result in zip(small, requests, direct.put_many(requests)):
+            if result is None:
+                continue
+            error = classify(result, storage.url_of(rel))
+            if not isinstance(error, TransientError):
+                raise error from None
+            storage._call(rel, lambda request=request: direct.put(*request))
+    for rel in small:
+        storage.fs.invalidate_cache(storage.path_of(rel))  # s3fs's listings cache must not go stale
+    rest = {rel: data for rel, data in items.items() if direct is None or len(data) > DIRECT_PUT_LIMIT}
+    if len(rest) == 1:
+        rel, data = next(iter(rest.items()))
+        storage._call(rel, lambda: storage.fs.pipe_file(storage.path_of(rel), data))
+    elif rest:  # s3fs sends them concurrently
+        try:
+            storage.fs.pipe({storage.path_of(rel): data for rel, data in rest.items()})
+        except Exception as exc:  # noqa: BLE001 - classified into a StorageError naming the URL
+            raise classify(exc, storage.url_of(next(iter(rest)))) from None
+
+
 def publish_folder(
     storage, rel_dir: str, files: Mapping[str, bytes | os.PathLike], keep_existing: bool = True
 ):
@@ -51,15 +86,17 @@ def publish_folder(
     complete set last.
     """
     for fname in files:
-        parts = fname.split("/")
-        if not fname or fname.startswith("/") or ".." in parts or "" in parts:
-            raise StorageError(
-                storage.url_of(rel_dir), f"cannot publish {fname!r}: names must be relative paths"
-            )
+        _check_name(storage, rel_dir, fname)
     if storage.is_local:
         _publish_local(storage, rel_dir, files, keep_existing)
     else:
         _publish_remote(storage, rel_dir, files, keep_existing)
+
+
+def _check_name(storage, rel_dir: str, fname: str) -> None:
+    parts = fname.split("/")
+    if not fname or fname.startswith("/") or ".." in parts or "" in parts:
+        raise StorageError(storage.url_of(rel_dir), f"cannot publish {fname!r}: names must be relative paths")
 
 
 def _publish_local(storage, rel_dir, files, keep_existing):
@@ -146,28 +183,70 @@ def _publish_remote(storage, rel_dir, files, keep_existing):
         if not isinstance(content, (bytes, bytearray, memoryview)) and not os.path.isfile(os.fspath(content)):
             missing = FileNotFoundError(f"no local file {os.fspath(content)!r} to publish as {fname!r}")
             raise classify(missing, storage.url_of(f"{prefix}/{fname}"))
-
-    def put(fname, content):
-        rel = f"{prefix}/{fname}"
-        if isinstance(content, (bytes, bytearray, memoryview)):
-            write_atomic(storage, rel, bytes(content))
-            return
-        local = os.fspath(content)
-        # streamed (multipart for large files); the object appears whole when the upload completes
-        storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel)))
-        _silent_remove(local)  # moved in, as on local disk
-
     items = list(files.items())
-    if len(items) > 1:  # every file but the last at once; the last (the set's marker) only after all of them
-        with cf.ThreadPoolExecutor(min(8, len(items) - 1), thread_name_prefix="ea-publish") as pool:
-            for fut in [pool.submit(put, fname, content) for fname, content in items[:-1]]:
-                fut.result()
-    if items:
-        put(*items[-1])
+    if not items:
+        return
+    upload = RemoteFolderUpload(storage, rel_dir, workers=max(1, min(8, len(items) - 1)))
+    try:
+        for fname, content in items[:-1]:
+            upload.add(fname, content)
+    except BaseException:
+        upload.abort()
+        raise
+    upload.finish(*items[-1])
     if not keep_existing:
         for info in storage.child(prefix).scan("**/*"):
             if info.path not in files:
                 storage.remove(f"{prefix}/{info.path}")
+
+
+class RemoteFolderUpload:
+    """An object-store folder written file by file as the files become ready: `add(name, content)` starts the
+    upload of one file (bytes, or a local file that is moved in) in the background; `finish(name, content)`
+    waits for all of them (raising the first error) and only then writes that last file, the set's marker;
+    `abort()` waits for the uploads in flight and drops the rest. Object stores have no multi-object
+    transaction: a failure can leave some files of the new set beside the old marker."""
+
+    def __init__(self, storage, rel_dir: str, workers: int = 8):
+        self.storage = storage
+        self.prefix = rel_dir.rstrip("/")
+        self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="ea-publish")
+        self._sent: list[cf.Future] = []
+
+    def add(self, fname: str, content) -> None:
+        _check_name(self.storage, self.prefix, fname)
+        self._sent.append(self._pool.submit(self._put, fname, content))
+
+    def finish(self, fname: str, content) -> None:
+        _check_name(self.storage, self.prefix, fname)
+        try:
+            for fut in self._sent:
+                fut.result()
+        finally:
+            self.abort()
+        self._put(fname, content)
+
+    def abort(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _put(self, fname: str, content) -> None:
+        storage = self.storage
+        rel = f"{self.prefix}/{fname}"
+        if isinstance(content, (bytes, bytearray, memoryview)):
+            write_atomic(storage, rel, bytes(content))
+            return
+        local = os.fspath(content)
+        if not os.path.isfile(local):
+            missing = FileNotFoundError(f"no local file {local!r} to publish as {fname!r}")
+            raise classify(missing, storage.url_of(rel))
+        direct = storage._direct
+        if direct is not None and os.path.getsize(local) <= DIRECT_FILE_PUT_LIMIT:
+            storage._call(rel, lambda: direct.put_file(*storage.path_of(rel).split("/", 1), local))
+            storage.fs.invalidate_cache(storage.path_of(rel))
+        else:
+            # streamed (multipart for large files); the object appears whole when the upload completes
+            storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel)))
+        _silent_remove(local)  # moved in, as on local disk
 
 
 def _fsync_dir(path: str) -> None:

@@ -1,10 +1,12 @@
-"""Ranged S3 GETs over keep-alive HTTP connections, signed with AWS SigV4 using only the standard library.
+"""Ranged S3 GETs and single-request PUTs over keep-alive HTTP connections, signed with AWS SigV4 using only the
+standard library.
 
 s3fs/aiobotocore spend about 2 ms of CPU per request (event hooks, signing, response parsing); on a few cores
-that, not the network, caps how many small ranges per second one process can fetch. This client does one
-thing: `GET bucket/key` with a `Range` header, on a pool of threads that each keep their own connection. It is
-used for byte-range reads when the endpoint is explicit (S3-compatible servers, or AWS via `endpoint_url`);
-everything else goes through s3fs.
+that, not the network, caps how many small ranges per second one process can fetch (or how many small files,
+such as one `.tar.idx` per shard, it can write). This client does two things: `GET bucket/key` with a `Range`
+header and `PUT bucket/key` of a bytes object, on a pool of threads that each keep their own connection. It is
+used when the endpoint is explicit (S3-compatible servers, or AWS via `endpoint_url`); everything else goes
+through s3fs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+_FILE_BLOCK = 1 << 20  # file bodies are hashed and sent in blocks of this size
 # options the direct client understands; any other option (config_kwargs, requester_pays, SSE keys...) means
 # the request needs s3fs's full client
 _SIMPLE_OPTIONS = {
@@ -87,27 +90,64 @@ class DirectRangeClient:
         """Bytes [start, end) of s3://bucket/key (fewer if the object is shorter); end=None: the whole object."""
         if end is not None and end <= start:
             return b""
-        path = f"{self._base}/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
+        path = self._path(bucket, key)
         headers = {"Host": self._host_header}
         if end is not None:
             headers["Range"] = f"bytes={start}-{end - 1}"
         self._sign("GET", path, headers)
+        return self._on_connection(lambda conn: self._exchange(conn, path, headers, start, end))
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        """Write s3://bucket/key as one PUT (the object appears whole or not at all). The payload is signed by
+        its SHA-256 over plain HTTP and sent as UNSIGNED-PAYLOAD over TLS, as botocore does."""
+        path = self._path(bucket, key)
+        headers = {"Host": self._host_header, "Content-Length": str(len(data))}
+        payload = "UNSIGNED-PAYLOAD" if self._https else hashlib.sha256(data).hexdigest()
+        self._sign("PUT", path, headers, payload)
+        self._on_connection(lambda conn: self._put_exchange(conn, path, headers, data))
+
+    def put_file(self, bucket: str, key: str, local: str) -> None:
+        """`put` of a local file, streamed from disk (memory stays bounded; hashed in a first pass where signed)."""
+        path = self._path(bucket, key)
+        with open(local, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if self._https:
+                payload = "UNSIGNED-PAYLOAD"
+            else:
+                digest = hashlib.sha256()
+                while chunk := f.read(_FILE_BLOCK):
+                    digest.update(chunk)
+                payload = digest.hexdigest()
+            headers = {"Host": self._host_header, "Content-Length": str(size)}
+            self._sign("PUT", path, headers, payload)
+
+            def exchange(conn):
+                f.seek(0)
+                self._put_exchange(conn, path, headers, f)
+
+            self._on_connection(exchange)
+
+    def _path(self, bucket: str, key: str) -> str:
+        return f"{self._base}/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
+
+    def _on_connection(self, exchange):
+        """`exchange(conn)` on this thread's keep-alive connection; when the server had closed that connection
+        while it was idle, one immediate try on a fresh one (GET and PUT are idempotent)."""
         conn, reused = self._connection()
         try:
-            return self._exchange(conn, path, headers, start, end)
+            return exchange(conn)
         except S3HttpError:
             raise
         except (http.client.RemoteDisconnected, BrokenPipeError):
             self._drop_connection()
             if not reused:
                 raise
-            # the server closed an idle keep-alive connection: one immediate try on a fresh one
         except (http.client.HTTPException, OSError):
             self._drop_connection()
             raise
         conn, _ = self._connection()
         try:
-            return self._exchange(conn, path, headers, start, end)
+            return exchange(conn)
         except S3HttpError:
             raise
         except BaseException:
@@ -127,6 +167,18 @@ class DirectRangeClient:
             return [one(requests[0])]
         return list(self._pool.map(one, requests))
 
+    def put_many(self, requests: Sequence[tuple[str, str, bytes]]) -> list[BaseException | None]:
+        """Many PUTs (bucket, key, data) concurrently; each result is None or the exception of that request."""
+
+        def one(req):
+            try:
+                self.put(*req)
+            except Exception as exc:  # noqa: BLE001 - returned to the caller for classification
+                return exc
+            return None
+
+        return list(self._pool.map(one, requests))
+
     # ---- HTTP ---------------------------------------------------------------------------------------------
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
         conn = getattr(self._local, "conn", None)
@@ -139,9 +191,13 @@ class DirectRangeClient:
             if self._verify is False:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeouts[0], context=ctx)
+            conn = http.client.HTTPSConnection(
+                self._host, self._port, timeout=self._timeouts[0], context=ctx, blocksize=_FILE_BLOCK
+            )
         else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeouts[0])
+            conn = http.client.HTTPConnection(
+                self._host, self._port, timeout=self._timeouts[0], blocksize=_FILE_BLOCK
+            )
         conn.connect()
         conn.sock.settimeout(self._timeouts[1])
         self._local.conn = conn
@@ -168,8 +224,17 @@ class DirectRangeClient:
             return data[start:end]
         return data
 
+    def _put_exchange(self, conn, path: str, headers: Mapping[str, str], data) -> None:
+        conn.request("PUT", path, body=data, headers=headers)
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.will_close:
+            self._drop_connection()
+        if resp.status not in (200, 201, 204):
+            raise S3HttpError(resp.status, *_error_code_message(resp.status, body))
+
     # ---- SigV4 --------------------------------------------------------------------------------------------
-    def _sign(self, method: str, path: str, headers: dict[str, str]) -> None:
+    def _sign(self, method: str, path: str, headers: dict[str, str], payload: str = _EMPTY_SHA256) -> None:
         if self._credentials is None:
             return
         creds = self._credentials.get_frozen_credentials()
@@ -177,14 +242,14 @@ class DirectRangeClient:
         amz_date = now.strftime("%Y%m%dT%H%M%SZ")
         day = amz_date[:8]
         headers["x-amz-date"] = amz_date
-        headers["x-amz-content-sha256"] = _EMPTY_SHA256
+        headers["x-amz-content-sha256"] = payload
         if creds.token:
             headers["x-amz-security-token"] = creds.token
         names = sorted(h.lower() for h in headers)
         lower = {k.lower(): " ".join(str(v).split()) for k, v in headers.items()}
         canonical_headers = "".join(f"{n}:{lower[n]}\n" for n in names)
         signed = ";".join(names)
-        canonical = f"{method}\n{path}\n\n{canonical_headers}\n{signed}\n{_EMPTY_SHA256}"
+        canonical = f"{method}\n{path}\n\n{canonical_headers}\n{signed}\n{payload}"
         scope = f"{day}/{self._region}/s3/aws4_request"
         to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
         signature = hmac.new(self._signing_key(creds.secret_key, day), to_sign.encode(), hashlib.sha256)

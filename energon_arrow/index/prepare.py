@@ -25,6 +25,7 @@ from typing import Protocol
 import pyarrow.compute as pc
 
 from energon_arrow.adapters import open_storage
+from energon_arrow.adapters.publish import RemoteFolderUpload
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.side_index import SideIndexWriter, read_side_index
 from energon_arrow.index.sqlite_writer import DuplicateKeyError, IndexSqliteBuilder
@@ -169,6 +170,21 @@ def _split(names: list[str], options: PrepareOptions, result: PrepareResult) -> 
     raise MetaError("a split is required: give --split-ratio or --split-parts")
 
 
+def _meta_files(storage, options: PrepareOptions, counts, split, part_types) -> dict[str, bytes]:
+    """`.info.json`, `split.yaml` and the dataset yaml (and a sample loader template) of `.nv-meta`."""
+    files: dict[str, bytes] = {
+        INFO_JSON: info_json_bytes(DatasetInfo(counts)),
+        SPLIT_YAML: split_yaml_bytes(SplitConfig(split)),
+    }
+    if options.dataset_yaml is not None:
+        if options.dataset_yaml.field_map is not None:
+            check_field_map(options.dataset_yaml.sample_type, options.dataset_yaml.field_map, part_types)
+        files[options.dataset_yaml_name] = dataset_yaml_bytes(options.dataset_yaml)
+        if options.dataset_yaml.sample_loader and not storage.exists(f"{META_DIR}/{SAMPLE_LOADER_PY}"):
+            files[SAMPLE_LOADER_PY] = sample_loader_py(options.dataset_yaml.sample_type, sorted(part_types))
+    return files
+
+
 def _build_dir(storage, tmp_path: str | None) -> str:
     if tmp_path:
         os.makedirs(tmp_path, exist_ok=True)
@@ -211,7 +227,7 @@ def prepare_dataset(
     if progress is not None:
         progress.start(len(shards), sum(f.size for f in shards))
     build = _build_dir(storage, options.tmp_path)
-    side = scanned = sqlite = None
+    side = scanned = sqlite = upload = None
     try:
         sqlite = IndexSqliteBuilder(os.path.join(build, INDEX_SQLITE))
         side = SideIndexWriter(build)
@@ -248,23 +264,31 @@ def prepare_dataset(
         if not counts:
             raise MetaError(f"{storage.url}: no valid shard left to index ({len(result.bad_shards)} bad)")
         split = _split(list(counts), options, result)
+        small = _meta_files(storage, options, counts, split, part_types)  # may raise: before any write
         sqlite.finish()
         sqlite = None
         files_out: dict[str, object] = {INDEX_SQLITE: os.path.join(build, INDEX_SQLITE)}
+        if not storage.is_local:  # the largest file goes up while the rest is written; the marker last
+            upload = RemoteFolderUpload(storage, META_DIR)
+            upload.add(INDEX_SQLITE, files_out[INDEX_SQLITE])
         files_out.update(side.close())
         side = None
-        files_out[INFO_JSON] = info_json_bytes(DatasetInfo(counts))
-        files_out[SPLIT_YAML] = split_yaml_bytes(SplitConfig(split))
-        if options.dataset_yaml is not None:
-            if options.dataset_yaml.field_map is not None:
-                check_field_map(options.dataset_yaml.sample_type, options.dataset_yaml.field_map, part_types)
-            files_out[options.dataset_yaml_name] = dataset_yaml_bytes(options.dataset_yaml)
-            if options.dataset_yaml.sample_loader and not storage.exists(f"{META_DIR}/{SAMPLE_LOADER_PY}"):
-                files_out[SAMPLE_LOADER_PY] = sample_loader_py(
-                    options.dataset_yaml.sample_type, sorted(part_types)
-                )
+        files_out.update(small)
         files_out[INDEX_UUID] = new_index_uuid()
-        storage.publish_folder(META_DIR, files_out, keep_existing=True)
+        if upload is None:
+            for (
+                _
+            ) in scanned:  # exhausted: the last `.tar.idx` files are written before the index is published
+                pass
+            storage.publish_folder(META_DIR, files_out, keep_existing=True)
+        else:
+            for name, content in files_out.items():
+                if name not in (INDEX_SQLITE, INDEX_UUID):
+                    upload.add(name, content)
+            for _ in scanned:  # the last `.tar.idx` uploads, beside those of `.nv-meta`
+                pass
+            upload.finish(INDEX_UUID, files_out[INDEX_UUID])
+            upload = None
         sizes = {f.path: f.size for f in shards}
         result.shards = len(counts)
         result.samples = sum(counts.values())
@@ -274,6 +298,8 @@ def prepare_dataset(
         result.splits = {k: len(v) for k, v in split.items()}
         result.split_samples = {k: sum(counts[s] for s in v) for k, v in split.items()}
     except BaseException:
+        if upload is not None:
+            upload.abort()
         if side is not None:
             side.abort()
         if sqlite is not None:

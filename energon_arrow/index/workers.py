@@ -4,7 +4,8 @@ per shard) feeding forked CPU processes.
 `index_shards(storage, shards, num_workers, write_tar_idx=True)` yields
 `(position, ShardIndex | TarFormatError)` in input order. Each good shard's `.tar.idx` is written next to it:
 locally by the worker that read it (temporary name, then rename), on object stores in batches of concurrent PUTs.
-Storage errors other than bad tar content propagate.
+Storage errors other than bad tar content propagate. On object stores the last `.tar.idx` uploads are awaited
+(and their errors raised) when the consumer exhausts the iterator: consume it to the end.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from energon_arrow.adapters.errors import classify
+from energon_arrow.adapters.publish import put_objects
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
@@ -61,7 +63,8 @@ def _process_pool(workers: int):
 
 class _RemoteIndexFiles:
     """`.tar.idx` uploads of an object store: batches of concurrent PUTs (one PUT per file), sent in the
-    background while shards are still being read; `finish()` waits for all of them (and raises their errors)."""
+    background while shards are still being read; `flush()` sends the last batch, `finish()` waits for all of
+    them (and raises their errors)."""
 
     def __init__(self, storage, batch: int = 16):
         self.storage = storage
@@ -73,20 +76,19 @@ class _RemoteIndexFiles:
     def add(self, rel: str, offsets) -> None:
         self.pending[tar_index_name(rel)] = tar_index_bytes(offsets)
         if len(self.pending) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
             self._sent.append(self._uploader.submit(self._put, self.pending))
             self.pending = {}
 
     def _put(self, items: dict[str, bytes]) -> None:
         """One batch of PUTs; `items` maps paths relative to the dataset root to file contents."""
-        try:
-            self.storage.fs.pipe({self.storage.path_of(rel): data for rel, data in items.items()})
-        except Exception as exc:  # noqa: BLE001 - classified into a StorageError naming the URL
-            raise classify(exc, self.storage.url_of(next(iter(items)))) from None
+        put_objects(self.storage, items)
 
     def finish(self) -> None:
-        if self.pending:
-            self._put(self.pending)
-            self.pending = {}
+        self.flush()
         for fut in self._sent:
             fut.result()
         self._sent = []
@@ -107,7 +109,10 @@ def index_shards(
         for i, (rel, size) in enumerate(shards):
             yield i, index_one(storage, rel, size, write_tar_idx)
         return
-    window = max(2, 4 * num_workers)  # bounded look-ahead: results are consumed in order
+    # bounded look-ahead: results are consumed in order. Remote: a short one, so that the consumer (index.sqlite
+    # inserts) is never far behind the downloads when they end; on a busy CPU the downloads then wait for it
+    # instead of competing with it.
+    window = max(2, 4 * num_workers) if storage.is_local else num_workers + 2
     remote_idx = _RemoteIndexFiles(storage) if write_tar_idx and not storage.is_local else None
     if storage.is_local:
         pool = _process_pool(num_workers) if _can_fork() else cf.ThreadPoolExecutor(num_workers)
@@ -137,9 +142,11 @@ def index_shards(
             if remote_idx is not None:
                 if not isinstance(result, TarFormatError):
                     remote_idx.add(shards[i][0], result.tar_index())
-                if not pending:  # the last shard: upload before the consumer may close the generator
-                    remote_idx.finish()
+                if not pending:  # the last shard: its batch goes up while the consumer finishes its work
+                    remote_idx.flush()
             yield i, result
+        if remote_idx is not None:
+            remote_idx.finish()  # the consumer asked for more: every `.tar.idx` is written (or its error raised)
     finally:
         for _, fut in pending:
             fut.cancel()

@@ -1,9 +1,15 @@
-"""Vectorised header walk for local shards (memory-mapped as a numpy uint8 array).
+"""Vectorised header walks for plain shards held as a numpy uint8 array (memory-mapped or downloaded).
 
-Every 512-byte block of a window of the file is parsed as if it were a header (size and type flag, with numpy),
-which gives each block a "next header" pointer; the real chain of headers is then followed from block 0 with a
-cheap loop over those pointers, and the names, checksums and offsets of the chain's headers are gathered at once.
-Windows bound memory and let huge payloads be jumped over without touching their pages.
+Two ways to find the chain of headers, both without per-member Python:
+- magic chain (files up to one window): the blocks carrying the `ustar` magic at byte 257 are the candidate
+  headers; when each candidate's size field points exactly at the next candidate and the last one at the end of
+  the archive, those candidates are the chain. Only the candidates are parsed, so this costs a few array
+  operations per shard however small its members are. A payload block that happens to look like a header, or a
+  header without the magic, breaks the exact succession and sends the shard to the next walk.
+- window walk: every 512-byte block of a window is parsed as if it were a header (size and type flag), which
+  gives each block a "next header" pointer; the chain is then followed from block 0 with a cheap loop over
+  those pointers. Windows bound memory and let huge payloads be jumped over without touching their pages.
+The names, checksums and offsets of the chain's headers are then gathered at once.
 
 `scan_members_fast(arr, shard) -> Members | None` handles the plain shards writers produce (USTAR/GNU headers of
 types '0', '7', links, devices, directories, fifos; no extension headers, no prefix field, octal sizes). It returns
@@ -20,9 +26,89 @@ from energon_arrow.tar.header import BLOCK, bad_checksums
 from energon_arrow.tar.scanner import Members
 
 _WINDOW_BLOCKS = 1 << 17  # 64 MiB of file per vectorised window
-_NO_DATA = np.frombuffer(b"123456", np.uint8)
-_REGULAR = np.frombuffer(b"07", np.uint8)
+_REGULAR, _NO_DATA = 1, 2
+_KIND = np.zeros(256, dtype=np.uint8)  # type flag -> 0 (anything else: general walk), _REGULAR or _NO_DATA
+_KIND[np.frombuffer(b"07", np.uint8)] = _REGULAR
+_KIND[np.frombuffer(b"123456", np.uint8)] = _NO_DATA
+_MAGIC = np.frombuffer(b"ustar", np.uint8)
 _OCTAL_WEIGHTS = 8 ** np.arange(10, -1, -1, dtype=np.int64)
+
+
+def _octal_sizes(hdr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Size fields of (n, 512) header rows in the usual "%011o\\0" form: (sizes, plain); other forms not plain."""
+    field = hdr[:, 124:136]
+    digits = field[:, :11] - np.uint8(48)
+    plain = (digits <= 7).all(axis=1) & (field[:, 11] == 0)
+    return digits.astype(np.int64) @ _OCTAL_WEIGHTS, plain
+
+
+def _steps(kind: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Blocks from a header to the next one: the header plus its padded payload (none for links, dirs...)."""
+    return np.where(kind == _NO_DATA, 1, 1 + (sizes + (BLOCK - 1)) // BLOCK)
+
+
+def _magic_chain(blocks: np.ndarray):
+    """(header block numbers, end block, header rows, sizes) when the `ustar` candidates form the whole chain
+    exactly, else None."""
+    cand = np.flatnonzero(blocks[:, 257] == _MAGIC[0])
+    if len(cand) == 0 or cand[0] != 0:
+        return None
+    cand = cand[(blocks[cand, 257:262] == _MAGIC).all(axis=1)]
+    if len(cand) == 0 or cand[0] != 0:
+        return None
+    hdr = blocks[cand]
+    sizes, plain = _octal_sizes(hdr)
+    if not plain.all():
+        return None
+    nxt = cand + _steps(_KIND[hdr[:, 156]], sizes)
+    if not np.array_equal(nxt[:-1], cand[1:]):
+        return None
+    return cand, int(nxt[-1]), hdr, sizes
+
+
+def _window_chain(blocks: np.ndarray, size: int):
+    """(header block numbers, end block, None, None) by following the pointers of every block, window by
+    window; None where the walk meets something it does not handle."""
+    nb = len(blocks)
+    chain: list[int] = []
+    i = 0
+    while True:
+        if i >= nb:
+            if i == nb and size == nb * BLOCK and chain:  # no EOF marker: data ends with the file
+                return np.asarray(chain, dtype=np.int64), nb, None, None
+            return None
+        w0, w1 = i, min(nb, i + _WINDOW_BLOCKS)
+        win = blocks[w0:w1]
+        tflag = win[:, 156]
+        sizes, plain = _octal_sizes(win)
+        step = _steps(_KIND[tflag], sizes)
+        step[~plain] = 0  # walking onto one of these falls back
+        nxt = (np.arange(w0, w1, dtype=np.int64) + step).tolist()
+        stop = ((tflag == 0) & (win[:, 0] == 0)).tolist()
+        while w0 <= i < w1:
+            if stop[i - w0]:
+                return np.asarray(chain, dtype=np.int64), i, None, None
+            chain.append(i)
+            j = nxt[i - w0]
+            if j == i:
+                return None
+            i = j
+
+
+def _names(names: np.ndarray) -> pa.Array:
+    """Binary array of the NUL-terminated (n, 100) name fields."""
+    n, width = names.shape
+    is_nul = names == 0
+    lengths = np.where(is_nul.any(axis=1), is_nul.argmax(axis=1), width)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    # flat position of every kept byte: row start + position within the name
+    pos = np.arange(int(offsets[-1]), dtype=np.int64)
+    pos += np.repeat(np.arange(0, n * width, width, dtype=np.int64) - offsets[:-1], lengths)
+    data = (
+        names.reshape(-1)[pos] if names.flags.c_contiguous else np.ascontiguousarray(names).reshape(-1)[pos]
+    )
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def scan_members_fast(arr: np.ndarray, shard: str) -> Members | None:
@@ -31,57 +117,26 @@ def scan_members_fast(arr: np.ndarray, shard: str) -> Members | None:
     if nb == 0 or arr[0] == 0x1F:
         return None
     blocks = arr[: nb * BLOCK].reshape(nb, BLOCK)
-    chain: list[int] = []
-    i = 0
-    end_block = -1
-    while end_block < 0:
-        if i >= nb:
-            if i == nb and size == nb * BLOCK and chain:
-                end_block = nb  # no EOF marker, data ends exactly at the end of the file
-                break
+    # the magic chain reads every block's magic byte: only where a window walk would touch every page too
+    found = _magic_chain(blocks) if nb <= _WINDOW_BLOCKS else None
+    if found is None:
+        found = _window_chain(blocks, size)
+    if found is None:
+        return None
+    idx, end_block, hdr, sizes = found
+    if not len(idx) or end_block > nb or (end_block == nb and size != nb * BLOCK):
+        return None
+    if end_block < nb and blocks[end_block].any():
+        return None
+    if hdr is None:
+        hdr = blocks[idx]
+        sizes, plain = _octal_sizes(hdr)
+        if not plain.all():
             return None
-        w0, w1 = i, min(nb, i + _WINDOW_BLOCKS)
-        win = blocks[w0:w1]
-        tflag = win[:, 156]
-        field = win[:, 124:136]
-        digits = field[:, :11] - np.uint8(48)  # the usual "%011o\0" size field; anything else: general walk
-        plain = (digits <= 7).all(axis=1) & (field[:, 11] == 0)
-        sizes = digits.astype(np.int64) @ _OCTAL_WEIGHTS
-        step = np.where(np.isin(tflag, _NO_DATA), 1, 1 + (sizes + (BLOCK - 1)) // BLOCK)
-        step[~plain] = 0  # walking onto one of these falls back
-        nxt = (np.arange(w0, w1, dtype=np.int64) + step).tolist()
-        stop = ((tflag == 0) & (win[:, 0] == 0)).tolist()
-        while w0 <= i < w1:
-            if stop[i - w0]:
-                end_block = i
-                break
-            chain.append(i)
-            j = nxt[i - w0]
-            if j == i:
-                return None
-            i = j
-    if not chain or (end_block < nb and blocks[end_block].any()):
+    kind = _KIND[hdr[:, 156]]
+    if not kind.all() or hdr[:, 345].any() or len(bad_checksums(hdr)):
         return None
-    idx = np.asarray(chain, dtype=np.int64)
-    hdr = blocks[idx]
-    tflag = hdr[:, 156]
-    if not np.all(np.isin(tflag, _REGULAR) | np.isin(tflag, _NO_DATA)) or hdr[:, 345].any():
-        return None
-    field = hdr[:, 124:136]
-    sizes = (field[:, :11] - np.uint8(48)).astype(np.int64) @ _OCTAL_WEIGHTS
-    if len(bad_checksums(hdr.tobytes())):
-        return None
-    data_end = end_block * BLOCK
-    if data_end > size:
-        return None
-    regular = np.isin(tflag, _REGULAR)
-    reg = hdr[regular]
-    names = reg[:, :100]
-    is_nul = names == 0
-    lengths = np.where(is_nul.any(axis=1), is_nul.argmax(axis=1), 100).astype(np.int32)
-    data = names[np.arange(100)[None, :] < lengths[:, None]]
-    offsets = np.zeros(len(reg) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    name_arr = pa.Array.from_buffers(pa.binary(), len(reg), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    regular = np.flatnonzero(kind == _REGULAR)
     starts = idx[regular] * BLOCK
-    return Members(starts, starts + BLOCK, sizes[regular], name_arr, data_end)
+    names = _names(hdr[regular, :100])
+    return Members(starts, starts + BLOCK, sizes[regular], names, end_block * BLOCK)

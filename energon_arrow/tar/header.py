@@ -85,14 +85,21 @@ def octal_fields(fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return value, ok
 
 
+# the two usual checksum forms as one little-endian uint64 per field: mask, then the value the masked field has
+_SIX_MASK, _SIX_WANT = 0x00FFF8F8F8F8F8F8, 0x0000303030303030  # "%06o\0" + any byte (tarfile writes a space)
+_SEVEN_MASK, _SEVEN_WANT = 0xFFF8F8F8F8F8F8F8, 0x0030303030303030  # "%07o\0"
+_WEIGHTS7 = 8 ** np.arange(6, -1, -1, dtype=np.int64)
+
+
 def _checksum_fields(fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Stored checksums: the usual "%06o\\0 " and "%07o\\0" forms vectorised, anything else the general way."""
-    digits = fields.astype(np.int64) - 48
-    six = (digits[:, :6] >= 0).all(1) & (digits[:, :6] <= 7).all(1) & (fields[:, 6] == 0)
-    seven = (digits[:, :7] >= 0).all(1) & (digits[:, :7] <= 7).all(1) & (fields[:, 7] == 0)
-    values = np.where(
-        six, digits[:, :6] @ (8 ** np.arange(5, -1, -1)), digits[:, :7] @ (8 ** np.arange(6, -1, -1))
-    )
+    words = np.ascontiguousarray(fields).view("<u8")[:, 0]
+    six = (words & np.uint64(_SIX_MASK)) == np.uint64(_SIX_WANT)
+    seven = (words & np.uint64(_SEVEN_MASK)) == np.uint64(_SEVEN_WANT)
+    digits = fields[:, :7].astype(np.int64) - 48
+    digits[six, 6] = 0  # six digits: shift the value left by one octal digit, then undo it
+    values = digits @ _WEIGHTS7
+    values[six] >>= 3
     ok = six | seven
     other = np.nonzero(~ok)[0]
     if len(other):
@@ -100,14 +107,24 @@ def _checksum_fields(fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values, ok
 
 
-def bad_checksums(blocks: bytes) -> np.ndarray:
-    """Indexes of the 512-byte headers in `blocks` whose checksum field matches neither tarfile sum."""
-    arr = np.frombuffer(blocks, dtype=np.uint8).reshape(-1, BLOCK)
+def header_sums(arr: np.ndarray) -> np.ndarray:
+    """Unsigned byte sums of (n, 512) uint8 header rows, the checksum field counted as 8 spaces (tarfile)."""
+    half = BLOCK // 2  # 256 bytes sum to at most 65280: uint16 accumulators cannot overflow
+    sums = arr[:, :half].sum(axis=1, dtype=np.uint16).astype(np.int64)
+    sums += arr[:, half:].sum(axis=1, dtype=np.uint16)
+    return sums + (8 * 32) - arr[:, 148:156].sum(axis=1, dtype=np.int64)
+
+
+def bad_checksums(blocks: bytes | np.ndarray) -> np.ndarray:
+    """Indexes of the 512-byte headers in `blocks` (bytes, or (n, 512) uint8 rows) whose checksum field matches
+    neither tarfile sum."""
+    arr = (
+        blocks if isinstance(blocks, np.ndarray) else np.frombuffer(blocks, dtype=np.uint8).reshape(-1, BLOCK)
+    )
     if arr.shape[0] == 0:
         return np.empty(0, np.int64)
     fields = arr[:, 148:156]
-    unsigned = np.add.reduce(arr, axis=1, dtype=np.uint32).astype(np.int64)
-    unsigned += 8 * 32 - fields.sum(axis=1, dtype=np.int64)
+    unsigned = header_sums(arr)
     stored, ok = _checksum_fields(fields)
     bad = []
     for i in np.nonzero(~(ok & (stored == unsigned)))[0]:  # signed sums (old Sun/NeXT tars), base-256: slowly

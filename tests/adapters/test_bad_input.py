@@ -146,6 +146,13 @@ class TestAgainstEnforcedCredentials:
         store = open_storage(f"s3://{bucket}/odd", options)
         assert store.read_range("we ird+na=me;ü~(1).bin", 2, 3) == b"234"
         assert store.read_bytes("we ird+na=me;ü~(1).bin") == b"0123456789"
+        store.write_atomic("new/we ird+na=me;ü~(2).bin", b"written")  # a signed PUT of the direct client
+        assert (
+            s3_iam_server.client()
+            .get_object(Bucket=bucket, Key="odd/new/we ird+na=me;ü~(2).bin")["Body"]
+            .read()
+            == b"written"
+        )
 
     def test_read_only_identity(self, s3_iam_server):
         bucket = s3_iam_server.create_bucket("ea-iam")

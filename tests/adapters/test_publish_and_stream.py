@@ -86,6 +86,23 @@ def test_write_atomic_overwrites_and_leaves_no_temp(any_storage):
     assert any_storage.list_files("d/**") == ["d/f.txt"]
 
 
+def test_put_objects_writes_many_and_listings_see_them(any_storage, monkeypatch):
+    from energon_arrow.adapters import publish
+
+    if any_storage.is_local:
+        pytest.skip("object stores only")
+    assert any_storage.list_files("idx/**") == [] and not any_storage.exists("idx/a0.idx")
+    items = {f"idx/a{i}.idx": bytes([i]) * (100 + i) for i in range(20)}
+    publish.put_objects(any_storage, items)
+    assert any_storage.exists("idx/a0.idx")  # no stale "missing" answer from a listings cache
+    assert any_storage.list_files("idx/**") == sorted(items)
+    assert all(any_storage.read_bytes(rel) == data for rel, data in items.items())
+    monkeypatch.setattr(publish, "DIRECT_PUT_LIMIT", 150)  # the larger half through s3fs, the rest direct
+    items = {rel: data[::-1] + b"2" for rel, data in items.items()}
+    publish.put_objects(any_storage, items)
+    assert all(any_storage.read_bytes(rel) == data for rel, data in items.items())
+
+
 def test_read_text_reports_bad_encoding_offset(any_storage):
     any_storage.write_atomic("t.txt", b"ok\xff")
     with pytest.raises(StorageError, match=r"t\.txt: not valid utf-8 at byte offset 2"):

@@ -196,3 +196,17 @@ def test_prepare_on_s3_matches_local(s3_root, tmp_path):
     assert store.read_bytes(shard + ".idx") == Path(os.path.join(local, shard + ".idx")).read_bytes()
     again = prepare_dataset(url, PrepareOptions(split_ratio=RATIO), storage_options=options)
     assert again.reused == 3
+    before = {
+        name: store.read_bytes(f".nv-meta/{name}") for name in ("index.sqlite", "index.uuid", "split.yaml")
+    }
+    with pytest.raises(MetaError, match="'caption' maps to part 'png'"):  # fails before any upload
+        prepare_dataset(
+            url,
+            PrepareOptions(
+                split_ratio=parse_split_ratio("1,1,0"),
+                force=True,
+                dataset_yaml=field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "png"}),
+            ),
+            storage_options=options,
+        )
+    assert {name: store.read_bytes(f".nv-meta/{name}") for name in before} == before

@@ -41,6 +41,34 @@ def test_general_walk_matches_fast_walk():
     )
 
 
+def _blocks(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, np.uint8)[: len(data) // 512 * 512].reshape(-1, 512)
+
+
+def _with_header_checksum(data: bytearray, at: int) -> None:
+    data[at + 148 : at + 156] = b" " * 8
+    data[at + 148 : at + 156] = b"%06o\0 " % sum(data[at : at + 512])
+
+
+def test_fast_walk_falls_back_from_magic_chain_on_lookalikes_and_v7_headers(store):
+    from energon_arrow.tar.fastscan import _magic_chain
+
+    plain = shard_bytes(0, 20, 300)
+    assert _magic_chain(_blocks(plain)) is not None  # the cheap walk serves plain shards
+    inner = build_tar([("x/in0.txt", b"inner"), ("x/in1.txt", b"i" * 700)], tarfile.USTAR_FORMAT)
+    nested = build_tar([("a.tar", inner), ("a.txt", b"1"), ("b.bin", inner)], tarfile.USTAR_FORMAT)
+    v7 = bytearray(build_tar([("a.txt", b"1" * 600), ("b.txt", b"2"), ("c.txt", b"3")], tarfile.USTAR_FORMAT))
+    at = 512 * 3  # b.txt's header loses its "ustar" magic (an old V7 header)
+    v7[at + 257 : at + 265] = bytes(8)
+    _with_header_checksum(v7, at)
+    for data in (nested, bytes(v7)):
+        assert _magic_chain(_blocks(data)) is None
+        fast = scan_members_fast(np.frombuffer(data, np.uint8), "x")
+        assert fast is not None
+        assert our_view(build_shard_index(fast, "x")) == energon_view(data)
+        assert our_view(_index(store, data)) == energon_view(data)
+
+
 def test_ustar_prefix_global_pax_and_no_eof_marker(store):
     members = [(f"{'p' * 90}/{'q' * 60}/k{i}.txt", b"v" * i) for i in range(3)]
     data = build_tar(members, tarfile.USTAR_FORMAT)
