@@ -116,10 +116,8 @@ def command(
     its share of the shards, rank 0 writes the index).
     """
     # heavy imports here, so `energon-arrow --help` and other subcommands start fast
-    from rich.console import Console
-
     from energon_arrow.adapters import open_storage
-    from energon_arrow.cli.prepare_ui import ShardProgress, ask_split_ratio, echo_summary
+    from energon_arrow.cli.prepare_ui import ask_split_ratio, echo_summary
     from energon_arrow.index.discover import discover_shards
     from energon_arrow.index.distributed import prepare_distributed
     from energon_arrow.index.prepare import PrepareOptions
@@ -171,8 +169,13 @@ def command(
             not interactive,
             first_shard_parts if interactive else None,
         )
-    console = Console(stderr=True)
-    bar = ShardProgress(console) if progress and not as_json else None
+    bar = None
+    if progress and not as_json:
+        from rich.console import Console
+
+        from energon_arrow.cli.prepare_progress import ShardProgress
+
+        bar = ShardProgress(Console(stderr=True))
     try:
         result = prepare_distributed(storage, options, progress=bar)
     finally:

@@ -130,3 +130,11 @@ def test_unwritable_destination_fails_cleanly(s3_iam_server, cli):
         f"{prefix}/shards/shard-000000.tar",
         f"{prefix}/shards/shard-000001.tar",
     ]
+
+
+def test_cli_progress_bar_reports_shards_and_samples(tmp_path, cli):
+    root = str(tmp_path / "ds")
+    write_webdataset(root, shards=3, samples_per_shard=4, image_bytes=32)
+    proc = cli(root, "--non-interactive", "--split-ratio", "1,1,1")  # progress is on by default
+    assert proc.returncode == 0, proc.stderr
+    assert "3/3 shards" in proc.stderr and "samples/s" in proc.stderr
