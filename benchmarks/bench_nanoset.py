@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from benchmarks.harness import RESULTS_DIR, Comparison, alternate
+from benchmarks.harness import Comparison, alternate, carried_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEQ = 2048
@@ -214,17 +214,7 @@ def _loading(prefix: str, repeats: int, quick: bool) -> Comparison:
 
 def _carried(loading: bool) -> list[Comparison]:
     """The previous results' rows of the part not run now (build rows, or the loading row)."""
-    path = os.path.join(RESULTS_DIR, "nanoset.json")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        doc = json.load(f)
-    out = []
-    for c in doc["comparisons"]:
-        if c["name"].startswith("random sample loading") == loading:
-            notes = dict(c["notes"], carried_from=c["notes"].get("carried_from", doc["when"]))
-            out.append(Comparison(c["name"], c["unit"], c["ours"], c["reference"], c["target"], notes))
-    return out
+    return carried_rows("nanoset", lambda name: name.startswith("random sample loading") == loading)
 
 
 def run(args) -> list[Comparison]:

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 
-from benchmarks.harness import Comparison, alternate
+from benchmarks.harness import Comparison, alternate, carried_rows
 from energon_arrow.adapters import open_storage
 from energon_arrow.testing.reference import energon_command
 from energon_arrow.testing.synthetic import write_webdataset
@@ -125,4 +125,6 @@ def run(args) -> list[Comparison]:
     unknown = sorted(set(parts) - {"local", "s3"})
     if unknown:
         raise SystemExit(f"BENCH_PREPARE_PARTS: unknown part(s) {unknown}; use local and/or s3")
-    return [run_part(args) for name, run_part in (("local", _local), ("s3", _s3)) if name in parts]
+    out = [run_part(args) for name, run_part in (("local", _local), ("s3", _s3)) if name in parts]
+    ran = {c.name for c in out}
+    return out + carried_rows("prepare", lambda name: name not in ran)  # the parts not run now

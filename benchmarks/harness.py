@@ -110,3 +110,25 @@ def write_results(name: str, comparisons: list[Comparison], extra: dict | None =
         json.dump(doc, f, indent=2)
     os.replace(tmp, path)
     return path
+
+
+def carried_rows(name: str, keep: Callable[[str], bool]) -> list[Comparison]:
+    """The rows of the previous `results/<name>.json` whose comparison name satisfies `keep`, marked with
+    `carried_from` (when they were measured): a benchmark that ran only some of its parts keeps the others."""
+    path = os.path.join(RESULTS_DIR, f"{name}.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        doc = json.load(f)
+    return [
+        Comparison(
+            c["name"],
+            c["unit"],
+            c["ours"],
+            c["reference"],
+            c["target"],
+            dict(c["notes"], carried_from=c["notes"].get("carried_from", doc["when"])),
+        )
+        for c in doc["comparisons"]
+        if keep(c["name"])
+    ]
