@@ -117,6 +117,48 @@ def test_interrupt_keeps_old_index(dataset, monkeypatch):
     assert sorted(os.listdir(dataset)) == [".nv-meta", "shards"]  # no build folder left behind
 
 
+def test_sigkilled_prepare_leaves_old_index_and_the_next_run_removes_its_build_folder(dataset):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
+    old = _meta(dataset)
+    # a prepare that hangs after indexing, before publishing (its build folder exists), then gets SIGKILLed
+    code = (
+        "import time\n"
+        "import energon_arrow.index.prepare as prep\n"
+        "from energon_arrow.meta import parse_split_ratio\n"
+        "prep.split_yaml_bytes = lambda *a, **k: time.sleep(3600)\n"
+        f"prep.prepare_dataset({dataset!r}, prep.PrepareOptions(split_ratio=parse_split_ratio('8,1,1'), force=True))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=os.getcwd())
+    deadline = time.time() + 60
+    while not [n for n in os.listdir(dataset) if n.startswith(".nv-meta.build-")]:
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    leftover = [n for n in os.listdir(dataset) if n.startswith(".nv-meta.build-")]
+    assert len(leftover) == 1 and f"-{proc.pid}-" in leftover[0]
+    assert _meta(dataset) == old  # the old index is intact
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))  # the next run removes the dead run's folder
+    assert sorted(os.listdir(dataset)) == [".nv-meta", "shards"]
+
+
+def test_build_folders_of_live_processes_are_kept(dataset):
+    import socket
+
+    from energon_arrow.index.prepare import remove_abandoned_builds
+
+    live = os.path.join(dataset, f".nv-meta.build-{socket.gethostname()}-{os.getpid()}-abcd1234")
+    os.makedirs(live)
+    assert remove_abandoned_builds(dataset) == []
+    assert os.path.isdir(live)
+
+
 def test_gzip_shard_is_refused(dataset):
     import gzip
 
