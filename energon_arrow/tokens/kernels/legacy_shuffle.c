@@ -13,7 +13,6 @@
  */
 #include "kernels.h"
 #include <stdint.h>
-#include <string.h>
 
 #define MT_N 624
 #define MT_M 397
