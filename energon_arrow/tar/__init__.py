@@ -1,8 +1,9 @@
 """Fast tar shard indexing: a hand-written header walk (no `tarfile`) and vectorised sample grouping.
 
 - `index_shard(storage, rel, size=None, block_size=8 MiB) -> ShardIndex`: walk one shard (local: mmap; remote:
-  one GET up to `WHOLE_READ_LIMIT`, else one sequential stream through a sliding window) and group
-  its members into energon samples and parts.
+  one GET up to `WHOLE_READ_LIMIT`, else one sequential stream of `STREAM_WINDOW` pieces for the vectorised
+  walk; the general walk over a sliding window where that cannot be used) and group its members into energon
+  samples and parts.
 - `index_bytes(data, url)`: the same for a shard already in memory.
 - `scan_members_fast(uint8_array, shard)`: the vectorised walk for plain local shards (None: use the general one).
 - `scan_members(read, size, shard)` / `build_shard_index(members, shard)`: the two steps, for custom sources.
@@ -11,16 +12,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 
 import numpy as np
 
 from energon_arrow.tar.errors import TarFormatError
-from energon_arrow.tar.fastscan import scan_members_fast
+from energon_arrow.tar.fastscan import scan_members_fast, scan_windows_fast
 from energon_arrow.tar.names import KEY_PART_RE, SKIP_META_RE, split_names
 from energon_arrow.tar.samples import ShardIndex, build_shard_index
 from energon_arrow.tar.scanner import Members, scan_members
-from energon_arrow.tar.source import open_source
+from energon_arrow.tar.source import open_source, stream_windows
 
 
 def _map(storage, rel: str) -> np.ndarray:
@@ -29,6 +31,7 @@ def _map(storage, rel: str) -> np.ndarray:
 
 
 WHOLE_READ_LIMIT = 64 << 20  # remote shards up to this size are fetched whole with one GET
+STREAM_WINDOW = 16 << 20  # larger ones: windows of this size for the vectorised walk (one range GET each)
 
 
 def index_bytes(data: bytes, url: str) -> ShardIndex:
@@ -49,6 +52,12 @@ def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 
             return build_shard_index(members, url)
     elif not storage.is_local and 0 < size <= WHOLE_READ_LIMIT:
         return index_bytes(storage.read_range(rel, 0, size), url)  # one GET, no HEAD
+    elif not storage.is_local and size > WHOLE_READ_LIMIT and STREAM_WINDOW >= 512:
+        with contextlib.closing(stream_windows(storage, rel, STREAM_WINDOW)) as windows:
+            members = scan_windows_fast(windows, size, url)
+        if members is not None:
+            return build_shard_index(members, url)
+        # extension headers, odd types or bad input: the general walk reads the shard again from the start
     with open_source(storage, rel, size, block_size) as read:
         members = scan_members(read, size, url)
     return build_shard_index(members, url)

@@ -11,7 +11,8 @@ Two ways to find the chain of headers, both without per-member Python:
   those pointers. Windows bound memory and let huge payloads be jumped over without touching their pages.
 The names, checksums and offsets of the chain's headers are then gathered at once.
 
-`scan_members_fast(arr, shard) -> Members | None` handles the plain shards writers produce (USTAR/GNU headers of
+`scan_members_fast(arr, shard) -> Members | None` (and `scan_windows_fast` for a shard that arrives window by
+window) handles the plain shards writers produce (USTAR/GNU headers of
 types '0', '7', links, devices, directories, fifos; no extension headers, no prefix field, octal sizes). It returns
 None whenever anything else shows up (PAX/GNU long names, truncation, bad checksums, ...): the caller then runs the
 general walk (`scanner.scan_members`), which either handles it or raises the precise error.
@@ -133,10 +134,73 @@ def scan_members_fast(arr: np.ndarray, shard: str) -> Members | None:
         sizes, plain = _octal_sizes(hdr)
         if not plain.all():
             return None
+    part = _regular_members(idx, hdr, sizes)
+    return None if part is None else Members(*part, end_block * BLOCK)
+
+
+def _regular_members(idx: np.ndarray, hdr: np.ndarray, sizes: np.ndarray):
+    """(starts, data offsets, sizes, names) of the regular members among chain headers `idx` (block numbers,
+    rows `hdr`), or None when a header needs the general walk (other types, prefix field, bad checksum)."""
     kind = _KIND[hdr[:, 156]]
     if not kind.all() or hdr[:, 345].any() or len(bad_checksums(hdr)):
         return None
     regular = np.flatnonzero(kind == _REGULAR)
     starts = idx[regular] * BLOCK
-    names = _names(hdr[regular, :100])
-    return Members(starts, starts + BLOCK, sizes[regular], names, end_block * BLOCK)
+    return starts, starts + BLOCK, sizes[regular], _names(hdr[regular, :100])
+
+
+def scan_windows_fast(windows, size: int, shard: str) -> Members | None:
+    """`scan_members_fast` for a shard that arrives as consecutive windows `(byte offset, uint8 array)` (offsets
+    and lengths multiples of 512 but for the last), e.g. downloaded piece by piece: the magic chain is followed
+    across windows (a payload may span several) and each window's headers are reduced to their members at once,
+    so memory stays at one window. None whenever the general walk is needed (as scan_members_fast)."""
+    total = size // BLOCK
+    expected = 0  # block number of the next header
+    end_block = None
+    parts = []
+    for offset, arr in windows:
+        b0, nb = offset // BLOCK, len(arr) // BLOCK
+        if offset % BLOCK or (offset == 0 and (nb == 0 or arr[0] == 0x1F)):
+            return None
+        if expected >= b0 + nb:
+            continue  # inside a payload
+        blocks = arr[: nb * BLOCK].reshape(nb, BLOCK)
+        local = expected - b0
+        cand = local + np.flatnonzero(blocks[local:, 257] == _MAGIC[0])
+        cand = cand[(blocks[cand, 257:262] == _MAGIC).all(axis=1)]
+        if len(cand) == 0 or cand[0] != local:  # not a header here: the end-of-archive block, or general walk
+            if blocks[local].any() or expected == 0:
+                return None
+            end_block = expected
+            break
+        hdr = blocks[cand]
+        sizes, plain = _octal_sizes(hdr)
+        if not plain.all():
+            return None
+        nxt = cand + _steps(_KIND[hdr[:, 156]], sizes)
+        linked = nxt[:-1] == cand[1:]
+        k = len(cand) if linked.all() else int(np.argmin(linked)) + 1  # the chain: cand[:k]
+        part = _regular_members(cand[:k] + b0, hdr[:k], sizes[:k])
+        if part is None:
+            return None
+        parts.append(part)
+        expected = b0 + int(nxt[k - 1])
+        if expected < b0 + nb:  # the chain stops inside this window: only at the end-of-archive block
+            if blocks[expected - b0].any():
+                return None
+            end_block = expected
+            break
+    else:
+        if expected != total or size != total * BLOCK or not parts:  # truncated, or no member: general walk
+            return None
+        end_block = expected  # no end-of-archive blocks: the data ends with the file
+    if end_block * BLOCK > size:
+        return None
+    starts, data, sizes, names = (list(col) for col in zip(*parts))
+    return Members(
+        np.concatenate(starts),
+        np.concatenate(data),
+        np.concatenate(sizes),
+        pa.concat_arrays(names),
+        end_block * BLOCK,
+    )

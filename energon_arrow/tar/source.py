@@ -4,7 +4,8 @@
 - everything else (S3, memory://): one sequential `Storage.open_stream` with large blocks fetched ahead, behind a
   sliding window, so no per-header requests are made.
 
-`open_source(storage, rel, size, block_size)` is a context manager yielding `read`.
+`open_source(storage, rel, size, block_size)` is a context manager yielding `read`; `stream_windows(storage, rel,
+window)` yields a remote object as consecutive large numpy windows for the vectorised walk.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+
+import numpy as np
 
 from energon_arrow.adapters.errors import classify
 
@@ -95,3 +98,21 @@ def open_source(storage, rel: str, size: int, block_size: int = 8 << 20, depth: 
         return
     with storage.open_stream(rel, block_size=block_size, depth=depth) as stream:
         yield StreamWindow(stream, block_size)
+
+
+def stream_windows(storage, rel: str, window: int, depth: int = 2):
+    """`(offset, uint8 array)` for consecutive `window`-byte pieces of `rel` (the last one shorter), read with one
+    sequential stream fetching `depth` windows ahead; close the generator to stop early."""
+    with storage.open_stream(rel, block_size=window, depth=depth) as stream:
+        offset = 0
+        while True:
+            parts, have = [], 0
+            while have < window and (chunk := stream.read(window - have)):
+                parts.append(chunk)
+                have += len(chunk)
+            if not have:
+                return
+            yield offset, np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), np.uint8)
+            offset += have
+            if have < window:
+                return

@@ -122,7 +122,51 @@ def test_stream_source_reads_across_blocks(store, monkeypatch):
     import energon_arrow.tar as tar_pkg
 
     monkeypatch.setattr(tar_pkg, "WHOLE_READ_LIMIT", 0)  # remote: the sliding-window walk, not a whole read
+    monkeypatch.setattr(tar_pkg, "STREAM_WINDOW", 0)  # nor the windowed vectorised one
     data = build_tar([(f"k{i}.bin", bytes(5000 + i)) for i in range(40)], tarfile.GNU_FORMAT)
     store.write_atomic("s.tar", data)
     index = index_shard(store, "s.tar", block_size=4096)
     assert our_view(index) == energon_view(data)
+
+
+@pytest.mark.parametrize("window_blocks", [1, 2, 3, 16])
+def test_remote_shards_larger_than_one_read_use_the_windowed_walk(monkeypatch, window_blocks):
+    import uuid
+
+    import energon_arrow.tar as tar_pkg
+
+    store = open_storage(f"memory://ea-win-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setattr(tar_pkg, "WHOLE_READ_LIMIT", 0)
+    monkeypatch.setattr(tar_pkg, "STREAM_WINDOW", 512 * window_blocks)  # payloads span windows
+    results = []
+    windowed = tar_pkg.scan_windows_fast
+    monkeypatch.setattr(tar_pkg, "scan_windows_fast", lambda *a: results.append(windowed(*a)) or results[-1])
+    plain = shard_bytes(0, 30, 700)
+    inner = build_tar([("x/in0.txt", b"inner"), ("x/in1.txt", b"i" * 700)], tarfile.USTAR_FORMAT)
+    nested = build_tar([("a.tar", inner), ("a.txt", b"1"), ("b.bin", inner)], tarfile.USTAR_FORMAT)
+    no_eof = plain[: energon_view(plain)[0][-1]]
+    long_names = build_tar([(f"{'d' * 120}/k{i}.txt", b"v" * 600) for i in range(4)], tarfile.GNU_FORMAT)
+    for name, data, fast in (
+        ("p", plain, True),
+        ("n", nested, None),
+        ("e", no_eof, True),
+        ("g", long_names, False),
+    ):
+        assert our_view(_index(store, data, name)) == energon_view(data), name
+        if fast is not None:  # plain shards stay on the vectorised walk; extension headers fall back
+            assert (results[-1] is not None) == fast, name
+    good = build_tar([("k0.txt", b"a" * 1000), ("k1.txt", b"b" * 10)], tarfile.USTAR_FORMAT)
+    err = _error(store, good[:700])  # the general walk reports what the windowed one refuses
+    assert err.member == "k0.txt" and err.offset == 512 and "truncated" in err.reason
+
+
+@pytest.mark.s3
+def test_windowed_walk_on_s3(monkeypatch, s3_root):
+    import energon_arrow.tar as tar_pkg
+
+    url, options = s3_root
+    store = open_storage(url, options)
+    monkeypatch.setattr(tar_pkg, "WHOLE_READ_LIMIT", 0)
+    monkeypatch.setattr(tar_pkg, "STREAM_WINDOW", 4096)
+    data = shard_bytes(0, 40, 1500)
+    assert our_view(_index(store, data)) == energon_view(data)
