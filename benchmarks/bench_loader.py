@@ -53,46 +53,40 @@ def _dataset(root: str, shards: int, per_shard: int) -> str:
     return root
 
 
-def _epoch_ours(root: str) -> float:
-    import energon_arrow as ea
+def _train_dataset(api, root: str, repeat: bool):
+    """Raw-bytes training batches through `api` (energon_arrow or megatron.energon: the same names and
+    arguments), with the benchmark's worker, batch and shuffle settings."""
 
-    class TE(ea.DefaultTaskEncoder):
+    class TE(api.DefaultTaskEncoder):
         decoder = None
 
-    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
-    t0 = time.perf_counter()
-    ds = ea.get_train_dataset(
+    return api.get_train_dataset(
         root,
-        worker_config=wc,
+        worker_config=api.WorkerConfig(rank=0, world_size=1, num_workers=WORKERS),
         batch_size=BATCH,
         shuffle_buffer_size=100,
         max_samples_per_sequence=100,
         task_encoder=TE(),
-        repeat=False,
+        repeat=repeat,
     )
-    n = sum(len(b.__key__) for b in ea.get_loader(ds))
+
+
+def _epoch(api, root: str) -> float:
+    t0 = time.perf_counter()
+    n = sum(len(b.__key__) for b in api.get_loader(_train_dataset(api, root, repeat=False)))
     return n / (time.perf_counter() - t0)
+
+
+def _epoch_ours(root: str) -> float:
+    import energon_arrow
+
+    return _epoch(energon_arrow, root)
 
 
 def _epoch_energon(root: str) -> float:
-    from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset
+    import megatron.energon
 
-    class TE(DefaultTaskEncoder):
-        decoder = None
-
-    wc = WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
-    t0 = time.perf_counter()
-    ds = get_train_dataset(
-        root,
-        worker_config=wc,
-        batch_size=BATCH,
-        shuffle_buffer_size=100,
-        max_samples_per_sequence=100,
-        task_encoder=TE(),
-        repeat=False,
-    )
-    n = sum(len(b.__key__) for b in get_loader(ds))
-    return n / (time.perf_counter() - t0)
+    return _epoch(megatron.energon, root)
 
 
 def _keys(root: str, count: int) -> list[str]:
@@ -156,18 +150,7 @@ def _peak_worker_memory(root: str, batches: int) -> tuple[float, float]:
 
     import energon_arrow as ea
 
-    class TE(ea.DefaultTaskEncoder):
-        decoder = None
-
-    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=WORKERS)
-    ds = ea.get_train_dataset(
-        root,
-        worker_config=wc,
-        batch_size=BATCH,
-        shuffle_buffer_size=100,
-        max_samples_per_sequence=100,
-        task_encoder=TE(),
-    )
+    ds = _train_dataset(ea, root, repeat=True)
     peak, stop = {"rss": 0, "private": 0}, threading.Event()
     me = psutil.Process()
 
