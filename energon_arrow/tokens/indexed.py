@@ -17,9 +17,11 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from energon_arrow.adapters import Storage, open_storage
+from energon_arrow.adapters.errors import classify
 from energon_arrow.tokens.idx_format import (
     HEADER_SIZE,
     IdxHeader,
+    IndexFormatError,
     check_arrays,
     detect_multimodal,
     parse_header,
@@ -118,17 +120,24 @@ class IndexedTokens:
 
             check_arrays(header, read, self.bin_size, self.idx_url, self.bin_url)
             return
-        buffers: dict[
-            int, np.ndarray
-        ] = {}  # one per stored array: a window stays valid until the next of its array
-        fd = os.open(self.storage.local_path(self.idx_name), os.O_RDONLY)
+        # one buffer per stored array: a window stays valid until the next window of the same array
+        buffers: dict[int, np.ndarray] = {}
+        try:
+            fd = os.open(self.storage.local_path(self.idx_name), os.O_RDONLY)
+        except OSError as exc:
+            raise classify(exc, self.idx_url) from None
 
         def read(offset, dtype, first, count):
             nbytes = count * dtype.itemsize
             buf = buffers.get(offset)
             if buf is None or buf.size < nbytes:
                 buf = buffers[offset] = np.empty(nbytes, np.uint8)
-            os.preadv(fd, [memoryview(buf)[:nbytes]], offset + first * dtype.itemsize)
+            at = offset + first * dtype.itemsize
+            got = os.preadv(fd, [memoryview(buf)[:nbytes]], at)
+            if got != nbytes:  # the file shrank since it was opened
+                raise IndexFormatError(
+                    self.idx_url, at + got, f"truncated .idx: {nbytes - got} bytes missing"
+                )
             return buf[:nbytes].view(dtype)
 
         try:
