@@ -180,9 +180,8 @@ def _link_or_copy(src, dst):
 def _publish_remote(storage, rel_dir, files, keep_existing):
     prefix = rel_dir.rstrip("/")
     for fname, content in files.items():  # check every input before the first write
-        if not isinstance(content, (bytes, bytearray, memoryview)) and not os.path.isfile(os.fspath(content)):
-            missing = FileNotFoundError(f"no local file {os.fspath(content)!r} to publish as {fname!r}")
-            raise classify(missing, storage.url_of(f"{prefix}/{fname}"))
+        if not isinstance(content, (bytes, bytearray, memoryview)):
+            _require_local_file(storage, f"{prefix}/{fname}", os.fspath(content))
     items = list(files.items())
     if not items:
         return
@@ -236,9 +235,7 @@ class RemoteFolderUpload:
             write_atomic(storage, rel, bytes(content))
             return
         local = os.fspath(content)
-        if not os.path.isfile(local):
-            missing = FileNotFoundError(f"no local file {local!r} to publish as {fname!r}")
-            raise classify(missing, storage.url_of(rel))
+        _require_local_file(storage, rel, local)
         direct = storage._direct
         if direct is not None and os.path.getsize(local) <= DIRECT_FILE_PUT_LIMIT:
             storage._call(rel, lambda: direct.put_file(*storage.path_of(rel).split("/", 1), local))
@@ -247,6 +244,13 @@ class RemoteFolderUpload:
             # streamed (multipart for large files); the object appears whole when the upload completes
             storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel)))
         _silent_remove(local)  # moved in, as on local disk
+
+
+def _require_local_file(storage, rel: str, local: str) -> None:
+    """The local file to be published as `rel` exists (else a NotFound naming both)."""
+    if not os.path.isfile(local):
+        missing = FileNotFoundError(f"no local file {local!r} to publish as {rel!r}")
+        raise classify(missing, storage.url_of(rel))
 
 
 def _fsync_dir(path: str) -> None:
