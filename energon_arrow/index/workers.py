@@ -80,12 +80,8 @@ class _RemoteIndexFiles:
 
     def flush(self) -> None:
         if self.pending:
-            self._sent.append(self._uploader.submit(self._put, self.pending))
+            self._sent.append(self._uploader.submit(put_objects, self.storage, self.pending))
             self.pending = {}
-
-    def _put(self, items: dict[str, bytes]) -> None:
-        """One batch of PUTs; `items` maps paths relative to the dataset root to file contents."""
-        put_objects(self.storage, items)
 
     def finish(self) -> None:
         self.flush()
@@ -117,19 +113,19 @@ def index_shards(
     if storage.is_local:
         pool = _process_pool(num_workers) if _can_fork() else cf.ThreadPoolExecutor(num_workers)
 
-        def submit(i, rel, size):
+        def submit(rel, size):
             return pool.submit(index_one, storage, rel, size, write_tar_idx)
     else:  # threads: concurrent GETs on the shared async client (forked CPU workers measured slower)
         pool = cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-fetch")
 
-        def submit(i, rel, size):
+        def submit(rel, size):
             return pool.submit(index_one, storage, rel, size, False)
 
     pending: deque = deque()
     try:
         it = iter(enumerate(shards))
         for i, (rel, size) in it:
-            pending.append((i, submit(i, rel, size)))
+            pending.append((i, submit(rel, size)))
             if len(pending) >= window:
                 break
         while pending:
@@ -138,7 +134,7 @@ def index_shards(
             nxt = next(it, None)
             if nxt is not None:
                 j, (rel, size) = nxt
-                pending.append((j, submit(j, rel, size)))
+                pending.append((j, submit(rel, size)))
             if remote_idx is not None:
                 if not isinstance(result, TarFormatError):
                     remote_idx.add(shards[i][0], result.tar_index())
