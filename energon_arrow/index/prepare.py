@@ -311,18 +311,16 @@ def prepare_dataset(
         side = None
         files_out.update(small)
         files_out[INDEX_UUID] = new_index_uuid()
-        if upload is None:
-            for (
-                _
-            ) in scanned:  # exhausted: the last `.tar.idx` files are written before the index is published
-                pass
-            storage.publish_folder(META_DIR, files_out, keep_existing=True)
-        else:
+        if upload is not None:
             for name, content in files_out.items():
                 if name not in (INDEX_SQLITE, INDEX_UUID):
                     upload.add(name, content)
-            for _ in scanned:  # the last `.tar.idx` uploads, beside those of `.nv-meta`
-                pass
+        # exhausted: the last `.tar.idx` files are written (uploaded beside `.nv-meta`) before the index is published
+        for _ in scanned:
+            pass
+        if upload is None:
+            storage.publish_folder(META_DIR, files_out, keep_existing=True)
+        else:
             upload.finish(INDEX_UUID, files_out[INDEX_UUID])
             upload = None
         sizes = {f.path: f.size for f in shards}
