@@ -156,27 +156,23 @@ class DirectRangeClient:
 
     def get_many(self, requests: Sequence[tuple[str, str, int, int]]) -> list[bytes | BaseException]:
         """Many GETs concurrently; each result is the bytes or the exception of that request."""
+        return self._each(self.get, requests)
+
+    def put_many(self, requests: Sequence[tuple[str, str, bytes]]) -> list[BaseException | None]:
+        """Many PUTs (bucket, key, data) concurrently; each result is None or the exception of that request."""
+        return self._each(self.put, requests)
+
+    def _each(self, call, requests: Sequence[tuple]) -> list:
+        """`call(*request)` for every request on the pool (inline for one); exceptions are returned, not raised."""
 
         def one(req):
             try:
-                return self.get(*req)
+                return call(*req)
             except Exception as exc:  # noqa: BLE001 - returned to the caller for classification
                 return exc
 
         if len(requests) == 1:
             return [one(requests[0])]
-        return list(self._pool.map(one, requests))
-
-    def put_many(self, requests: Sequence[tuple[str, str, bytes]]) -> list[BaseException | None]:
-        """Many PUTs (bucket, key, data) concurrently; each result is None or the exception of that request."""
-
-        def one(req):
-            try:
-                self.put(*req)
-            except Exception as exc:  # noqa: BLE001 - returned to the caller for classification
-                return exc
-            return None
-
         return list(self._pool.map(one, requests))
 
     # ---- HTTP ---------------------------------------------------------------------------------------------
