@@ -48,20 +48,29 @@ def _steps(kind: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.where(kind == _NO_DATA, 1, 1 + (sizes + (BLOCK - 1)) // BLOCK)
 
 
-def _magic_chain(blocks: np.ndarray):
-    """(header block numbers, end block, header rows, sizes) when the `ustar` candidates form the whole chain
-    exactly, else None."""
-    cand = np.flatnonzero(blocks[:, 257] == _MAGIC[0])
-    if len(cand) == 0 or cand[0] != 0:
+def _candidates(blocks: np.ndarray, start: int):
+    """(block numbers, header rows, sizes, next-header block numbers) of the blocks from `start` on that carry
+    the `ustar` magic; None unless the first of them is block `start` and every size field is plain."""
+    cand = start + np.flatnonzero(blocks[start:, 257] == _MAGIC[0])
+    if len(cand) == 0 or cand[0] != start:
         return None
     cand = cand[(blocks[cand, 257:262] == _MAGIC).all(axis=1)]
-    if len(cand) == 0 or cand[0] != 0:
+    if len(cand) == 0 or cand[0] != start:
         return None
     hdr = blocks[cand]
     sizes, plain = _octal_sizes(hdr)
     if not plain.all():
         return None
-    nxt = cand + _steps(_KIND[hdr[:, 156]], sizes)
+    return cand, hdr, sizes, cand + _steps(_KIND[hdr[:, 156]], sizes)
+
+
+def _magic_chain(blocks: np.ndarray):
+    """(header block numbers, end block, header rows, sizes) when the `ustar` candidates form the whole chain
+    exactly, else None."""
+    found = _candidates(blocks, 0)
+    if found is None:
+        return None
+    cand, hdr, sizes, nxt = found
     if not np.array_equal(nxt[:-1], cand[1:]):
         return None
     return cand, int(nxt[-1]), hdr, sizes
@@ -166,18 +175,13 @@ def scan_windows_fast(windows, size: int, shard: str) -> Members | None:
             continue  # inside a payload
         blocks = arr[: nb * BLOCK].reshape(nb, BLOCK)
         local = expected - b0
-        cand = local + np.flatnonzero(blocks[local:, 257] == _MAGIC[0])
-        cand = cand[(blocks[cand, 257:262] == _MAGIC).all(axis=1)]
-        if len(cand) == 0 or cand[0] != local:  # not a header here: the end-of-archive block, or general walk
+        found = _candidates(blocks, local)
+        if found is None:  # not a header here: the end-of-archive block, or the general walk
             if blocks[local].any() or expected == 0:
                 return None
             end_block = expected
             break
-        hdr = blocks[cand]
-        sizes, plain = _octal_sizes(hdr)
-        if not plain.all():
-            return None
-        nxt = cand + _steps(_KIND[hdr[:, 156]], sizes)
+        cand, hdr, sizes, nxt = found
         linked = nxt[:-1] == cand[1:]
         k = len(cand) if linked.all() else int(np.argmin(linked)) + 1  # the chain: cand[:k]
         part = _regular_members(cand[:k] + b0, hdr[:k], sizes[:k])
