@@ -5,7 +5,7 @@
   walk; the general walk over a sliding window where that cannot be used) and group its members into energon
   samples and parts.
 - `index_bytes(data, url)`: the same for a shard already in memory.
-- `scan_members_fast(uint8_array, shard)`: the vectorised walk for plain local shards (None: use the general one).
+- `scan_members_fast(uint8_array)`: the vectorised walk for plain local shards (None: use the general one).
 - `scan_members(read, size, shard)` / `build_shard_index(members, shard)`: the two steps, for custom sources.
 - `TarFormatError(shard, reason, member, offset)`: every bad-shard error.
 """
@@ -36,7 +36,7 @@ STREAM_WINDOW = 16 << 20  # larger ones: windows of this size for the vectorised
 
 def index_bytes(data: bytes, url: str) -> ShardIndex:
     """Index a whole shard held in memory (`url` names it in errors)."""
-    members = scan_members_fast(np.frombuffer(data, dtype=np.uint8), url) if len(data) >= 1024 else None
+    members = scan_members_fast(np.frombuffer(data, dtype=np.uint8)) if len(data) >= 1024 else None
     if members is None:
         members = scan_members(lambda offset, n: data[offset : offset + n], len(data), url)
     return build_shard_index(members, url)
@@ -47,14 +47,14 @@ def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 
         size = storage.stat(rel).size
     url = storage.url_of(rel)
     if storage.is_local and size >= 1024:
-        members = scan_members_fast(_map(storage, rel), url)
+        members = scan_members_fast(_map(storage, rel))
         if members is not None:
             return build_shard_index(members, url)
     elif not storage.is_local and 0 < size <= WHOLE_READ_LIMIT:
         return index_bytes(storage.read_range(rel, 0, size), url)  # one GET, no HEAD
     elif not storage.is_local and size > WHOLE_READ_LIMIT and STREAM_WINDOW >= 512:
         with contextlib.closing(stream_windows(storage, rel, STREAM_WINDOW)) as windows:
-            members = scan_windows_fast(windows, size, url)
+            members = scan_windows_fast(windows, size)
         if members is not None:
             return build_shard_index(members, url)
         # extension headers, odd types or bad input: the general walk reads the shard again from the start

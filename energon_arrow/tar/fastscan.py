@@ -11,7 +11,7 @@ Two ways to find the chain of headers, both without per-member Python:
   those pointers. Windows bound memory and let huge payloads be jumped over without touching their pages.
 The names, checksums and offsets of the chain's headers are then gathered at once.
 
-`scan_members_fast(arr, shard) -> Members | None` (and `scan_windows_fast` for a shard that arrives window by
+`scan_members_fast(arr) -> Members | None` (and `scan_windows_fast` for a shard that arrives window by
 window) handles the plain shards writers produce (USTAR/GNU headers of
 types '0', '7', links, devices, directories, fifos; no extension headers, no prefix field, octal sizes). It returns
 None whenever anything else shows up (PAX/GNU long names, truncation, bad checksums, ...): the caller then runs the
@@ -121,7 +121,7 @@ def _names(names: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def scan_members_fast(arr: np.ndarray, shard: str) -> Members | None:
+def scan_members_fast(arr: np.ndarray) -> Members | None:
     size = len(arr)
     nb = size // BLOCK
     if nb == 0 or arr[0] == 0x1F:
@@ -158,7 +158,7 @@ def _regular_members(idx: np.ndarray, hdr: np.ndarray, sizes: np.ndarray):
     return starts, starts + BLOCK, sizes[regular], _names(hdr[regular, :100])
 
 
-def scan_windows_fast(windows, size: int, shard: str) -> Members | None:
+def scan_windows_fast(windows, size: int) -> Members | None:
     """`scan_members_fast` for a shard that arrives as consecutive windows `(byte offset, uint8 array)` (offsets
     and lengths multiples of 512 but for the last), e.g. downloaded piece by piece: the magic chain is followed
     across windows (a payload may span several) and each window's headers are reduced to their members at once,

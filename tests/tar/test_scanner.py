@@ -33,7 +33,7 @@ def test_edge_members_match_energon(store, fmt):
 def test_general_walk_matches_fast_walk():
     data = shard_bytes(0, 50, 300)
     arr = np.frombuffer(data, np.uint8)
-    fast = scan_members_fast(arr, "x")
+    fast = scan_members_fast(arr)
     assert fast is not None
     slow = scan_members(lambda o, n: data[o : o + n], len(data), "x")
     assert (
@@ -63,7 +63,7 @@ def test_fast_walk_falls_back_from_magic_chain_on_lookalikes_and_v7_headers(stor
     _with_header_checksum(v7, at)
     for data in (nested, bytes(v7)):
         assert _magic_chain(_blocks(data)) is None
-        fast = scan_members_fast(np.frombuffer(data, np.uint8), "x")
+        fast = scan_members_fast(np.frombuffer(data, np.uint8))
         assert fast is not None
         assert our_view(build_shard_index(fast, "x")) == energon_view(data)
         assert our_view(_index(store, data)) == energon_view(data)
