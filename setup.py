@@ -1,7 +1,10 @@
-"""Build hook for the optional C extension of the token datasets, energon_arrow.tokens._kernels (sources in
-energon_arrow/tokens/kernels/, one file per kernel): a numpy-identical shuffle with prefetching, the GPT sample
-boundaries in one pass, a GPT sample gather and Megatron's blending walk. Without a C compiler the install still
-succeeds and the numpy paths are used: same results, slower index builds and batches."""
+"""Build hook for the optional C extensions (without a C compiler the install still succeeds and the pure-Python
+paths are used: same results, slower):
+
+- energon_arrow.tokens._kernels (sources in energon_arrow/tokens/kernels/, one file per kernel): a numpy-identical
+  shuffle with prefetching, the GPT sample boundaries in one pass, a GPT sample gather and Megatron's blending walk;
+- energon_arrow.index._sqlite_pages (energon_arrow/index/kernels/): index.sqlite's b-trees written page by page
+  (prepare falls back to SQLite inserts without it)."""
 
 import glob
 
@@ -15,6 +18,12 @@ setup(
             depends=["energon_arrow/tokens/kernels/kernels.h"],
             extra_compile_args=["-O3", "-ffp-contract=off"],  # no fused multiply-add: Megatron's rounding
             optional=True,
-        )
+        ),
+        Extension(
+            "energon_arrow.index._sqlite_pages",
+            ["energon_arrow/index/kernels/sqlite_pages.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

@@ -29,7 +29,8 @@ from energon_arrow.adapters import open_storage
 from energon_arrow.adapters.publish import STALE_STAGING_S, RemoteFolderUpload
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.side_index import SideIndexWriter, read_side_index
-from energon_arrow.index.sqlite_writer import DuplicateKeyError, IndexSqliteBuilder
+from energon_arrow.index.sqlite_pages import IndexSqliteWriter
+from energon_arrow.index.sqlite_writer import DuplicateKeyError
 from energon_arrow.index.workers import default_workers, index_shards, write_tar_index
 from energon_arrow.meta import (
     DATASET_YAML,
@@ -265,7 +266,7 @@ def prepare_dataset(
     build = _build_dir(storage, options.tmp_path)
     side = scanned = sqlite = upload = None
     try:
-        sqlite = IndexSqliteBuilder(os.path.join(build, INDEX_SQLITE))
+        sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
         side = SideIndexWriter(build)
         scanned = (indexer or index_shards)(storage, to_index, workers)
         counts: dict[str, int] = {}

@@ -84,21 +84,25 @@ _FAST_PRAGMAS = (
 )
 
 
-class IndexSqliteBuilder:
-    """Builds the final `index.sqlite` shard by shard, one transaction per shard."""
+def create_schema(db) -> None:
+    """energon's tables and indexes (no-ops where they exist). energon creates its indexes after the inserts;
+    here rows arrive in index order (tar_file_id, sample_index, offset), so maintaining them while merging costs
+    little and overlaps with the reading."""
+    for ddl in (SAMPLES_DDL, PARTS_DDL, *INDEX_DDL):
+        db.execute(ddl)
 
-    def __init__(self, path: str):
+
+class IndexSqliteBuilder:
+    """Builds the final `index.sqlite` shard by shard, one transaction per shard. `path` may already hold
+    energon's schema and rows (`names`: tar_file_id -> shard of those rows, for duplicate-key errors)."""
+
+    def __init__(self, path: str, names: dict[int, str] | None = None):
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute("PRAGMA journal_mode = MEMORY")  # a shard with a duplicate key is rolled back
         for pragma in _FAST_PRAGMAS:
             self.db.execute(pragma)
-        self.db.execute(SAMPLES_DDL)
-        self.db.execute(PARTS_DDL)
-        # energon creates its indexes after the inserts; here rows arrive in index order (tar_file_id,
-        # sample_index, offset), so maintaining them while merging costs little and overlaps with the reading.
-        for ddl in INDEX_DDL:
-            self.db.execute(ddl)
-        self._names: dict[int, str] = {}
+        create_schema(self.db)
+        self._names: dict[int, str] = dict(names or {})
 
     def add_shard(self, tar_file_id: int, shard: str, index) -> None:
         """Insert one shard's rows (`index`: an `energon_arrow.tar.ShardIndex`) as one transaction."""
