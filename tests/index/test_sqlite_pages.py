@@ -15,7 +15,6 @@ from energon_arrow.index.sqlite_pages import IndexPagesWriter, IndexSqliteWriter
 from energon_arrow.index.sqlite_writer import DuplicateKeyError, IndexSqliteBuilder
 from energon_arrow.tar.samples import ShardIndex
 
-pytestmark = pytest.mark.skipif(not page_writer_available(), reason="the compiled page writer is not built")
 
 QUERIES = (
     "SELECT rowid, * FROM samples ORDER BY rowid",
@@ -63,6 +62,23 @@ def random_dataset(rng, shards: int, samples: int, key_len: int = 0, shuffle_wit
         parts = [list(rng.choice(names, size=int(rng.integers(0, 5)))) for _ in range(n)]
         out.append((f"shards/{s:05d}.tar", shard_index(keys, parts, rng, big=s % 3 == 0)))
     return out
+
+
+def test_the_compiled_writer_is_built():
+    # an install without a C compiler still prepares (SQLite inserts), but this project's installs must build it
+    assert page_writer_available()
+
+
+def test_without_the_compiled_writer_sqlite_inserts_build_it(tmp_path, monkeypatch):
+    from energon_arrow.index import sqlite_pages
+
+    monkeypatch.setattr(sqlite_pages, "_native", None)
+    dataset = random_dataset(np.random.default_rng(1), 4, 30)
+    writer = IndexSqliteWriter(str(tmp_path / "ours.sqlite"))
+    build(str(tmp_path / "ours.sqlite"), dataset, writer)
+    assert not writer.paged
+    reference = build(str(tmp_path / "ref.sqlite"), dataset, IndexSqliteBuilder(str(tmp_path / "ref.sqlite")))
+    assert_same_database(str(tmp_path / "ours.sqlite"), reference)
 
 
 def build(path, dataset, writer):
@@ -203,5 +219,19 @@ def test_bad_columns_are_rejected(tmp_path):
             native.open(fd, 1000, 8, b"t")
         with pytest.raises(ValueError, match="root page"):
             native.finish(w, (1, 2))
+    finally:
+        os.close(fd)
+
+
+def test_a_failed_page_write_raises_oserror(tmp_path):
+    from energon_arrow.index import _sqlite_pages as native
+
+    path = tmp_path / "ro"
+    path.write_bytes(b"")
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        w = native.open(fd, 512, 8, b"i")
+        with pytest.raises(OSError):
+            native.add(w, 0, (("i", np.arange(1000, dtype=np.int64)),), 1, None)
     finally:
         os.close(fd)

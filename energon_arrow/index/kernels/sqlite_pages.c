@@ -233,6 +233,15 @@ static int write_at(Writer *w, const uint8_t *buf, uint32_t pgno) {
     return 0;
 }
 
+/* the next page number of the file (0: SQLite's largest page count is reached) */
+static uint32_t alloc_page(Writer *w) {
+    if (w->next_page >= 0xfffffffeU) {
+        w->error = EFBIG;
+        return 0;
+    }
+    return w->next_page++;
+}
+
 static int page_write(Writer *w, Page *pg, int flag, uint32_t pgno) {
     uint8_t *h = pg->buf;
     int leaf = flag == LEAF_TABLE || flag == LEAF_INDEX;
@@ -280,8 +289,8 @@ static int level_add(Writer *w, Tree *t, int lvl, const uint8_t *cell, int len, 
 static int flush_prev(Writer *w, Tree *t, int lvl) {
     Level *L = &t->level[lvl];
     if (!L->has_prev) return 0;
-    uint32_t pgno = w->next_page++;
-    if (page_write(w, &L->prev, level_flag(t, lvl), pgno) < 0) return -1;
+    uint32_t pgno = alloc_page(w);
+    if (pgno == 0 || page_write(w, &L->prev, level_flag(t, lvl), pgno) < 0) return -1;
     L->has_prev = 0;
     L->written++;
     if (level_open(w, t, lvl + 1) < 0) return -1;
@@ -396,8 +405,8 @@ static int level_finish(Writer *w, Tree *t, int lvl, uint32_t final_child, uint3
     }
     if (flush_prev(w, t, lvl) < 0) return -1;
     if (L->written == 0) return page_write(w, &L->cur, level_flag(t, lvl), root);
-    uint32_t pgno = w->next_page++;
-    if (page_write(w, &L->cur, level_flag(t, lvl), pgno) < 0) return -1;
+    uint32_t pgno = alloc_page(w);
+    if (pgno == 0 || page_write(w, &L->cur, level_flag(t, lvl), pgno) < 0) return -1;
     return level_finish(w, t, lvl + 1, pgno, root);
 }
 
@@ -433,11 +442,11 @@ static int64_t spill(Writer *w, size_t at, int64_t p, int max_local) {
     uint32_t first = w->next_page;
     while (left > 0) {
         int64_t n = left < usable ? left : usable;
-        uint32_t pgno = w->next_page++;
+        uint32_t pgno = alloc_page(w);
         memset(page, 0, (size_t)w->page_size);
         put_u32(page, left > n ? w->next_page : 0);
         memcpy(page + 4, rest, (size_t)n);
-        if (write_at(w, page, pgno) < 0) {
+        if (pgno == 0 || write_at(w, page, pgno) < 0) {
             free(page);
             return -1;
         }
