@@ -15,7 +15,6 @@ from energon_arrow.index.sqlite_pages import IndexPagesWriter, IndexSqliteWriter
 from energon_arrow.index.sqlite_writer import DuplicateKeyError, IndexSqliteBuilder
 from energon_arrow.tar.samples import ShardIndex
 
-
 QUERIES = (
     "SELECT rowid, * FROM samples ORDER BY rowid",
     "SELECT rowid, * FROM sample_parts ORDER BY rowid",
