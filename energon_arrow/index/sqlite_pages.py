@@ -92,6 +92,7 @@ class IndexPagesWriter:
         finally:
             db.close()
         self._roots = tuple(int(roots[name]) for name, _ in _TREES)
+        self.path = path
         self._fd = os.open(path, os.O_RDWR)
         self._writer = _native.open(
             self._fd, self.page_size, pages + 1, "".join(k for _, k in _TREES).encode()
@@ -105,37 +106,34 @@ class IndexPagesWriter:
     def try_add_shard(self, tar_file_id: int, shard: str, index) -> bool:
         keys = index.sample_keys
         n, m = index.sample_count, index.part_count
-        order = None
-        if not _strictly_increasing(keys):
-            order = ints_to_numpy(pc.sort_indices(keys)).astype(np.int64)
-            keys_sorted = keys.take(from_numpy(order))
-            if not _strictly_increasing(keys_sorted):
-                return False  # a duplicate key: SQLite's inserts report it
-            first, last = keys_sorted[0].as_py(), keys_sorted[-1].as_py()
-        else:
-            first, last = (keys[0].as_py(), keys[-1].as_py()) if n else (None, None)
-        if tar_file_id <= self._last_tar or (n and self._last_key is not None and first <= self._last_key):
+        ordered = _key_order(keys)
+        if ordered is None or tar_file_id <= self._last_tar:
+            return False
+        order, first, last = ordered
+        if n and self._last_key is not None and first <= self._last_key:
             return False
         tar = ("c", tar_file_id)
         key_col = _text(keys)
         sample_index = ("i", np.arange(n, dtype=np.int64))
         s0, p0 = self._samples + 1, self._parts + 1
-        add, w = _native.add, self._writer
-        add(
-            w,
-            _SAMPLES,
-            (tar, key_col, sample_index, _ints(index.sample_offsets), _ints(index.sample_sizes)),
-            s0,
-            None,
-        )
-        add(w, _KEYS, (key_col,), s0, order)
-        add(w, _SAMPLES_BY_TAR, (tar, sample_index), s0, None)
+        samples = (tar, key_col, sample_index, _ints(index.sample_offsets), _ints(index.sample_sizes))
+        trees = [
+            (_SAMPLES, samples, s0, None),
+            (_KEYS, (key_col,), s0, order),
+            (_SAMPLES_BY_TAR, (tar, sample_index), s0, None),
+        ]
         if m:
-            psi, offsets = _ints(index.part_sample_index), _ints(index.part_offsets)
-            parts = (tar, psi, _text(index.part_names), offsets, _ints(index.part_sizes))
-            add(w, _PARTS, parts, p0, None)
-            add(w, _PARTS_SEQ, (tar, psi, offsets), p0, None)
-            add(w, _PARTS_FULL, parts, p0, _name_order(psi[1], index.part_names, offsets[1]))
+            psi = np.ascontiguousarray(index.part_sample_index, dtype=np.int64)
+            offsets = np.ascontiguousarray(index.part_offsets, dtype=np.int64)
+            parts = (tar, ("i", psi), _text(index.part_names), ("i", offsets), _ints(index.part_sizes))
+            trees += [
+                (_PARTS, parts, p0, None),
+                (_PARTS_SEQ, (tar, ("i", psi), ("i", offsets)), p0, None),
+                (_PARTS_FULL, parts, p0, _name_order(psi, index.part_names, offsets)),
+            ]
+        with self._naming_errors():
+            for tree, columns, rowid_base, tree_order in trees:
+                _native.add(self._writer, tree, columns, rowid_base, tree_order)
         self._samples += n
         self._parts += m
         self._last_tar = tar_file_id
@@ -146,10 +144,21 @@ class IndexPagesWriter:
 
     def finish(self) -> None:
         try:
-            pages = _native.finish(self._writer, self._roots)
-            os.pwrite(self._fd, int(pages).to_bytes(4, "big"), _HEADER_PAGE_COUNT)
+            with self._naming_errors():
+                pages = _native.finish(self._writer, self._roots)
+                os.pwrite(self._fd, int(pages).to_bytes(4, "big"), _HEADER_PAGE_COUNT)
         finally:
             self.abort()
+
+    @contextlib.contextmanager
+    def _naming_errors(self):
+        """OSErrors of the writer (a full disk...) name the file."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, self.path) from None
 
     def abort(self) -> None:
         self._writer = None
@@ -161,6 +170,20 @@ class IndexPagesWriter:
 
 def _ints(values: np.ndarray) -> tuple:
     return ("i", np.ascontiguousarray(values, dtype=np.int64))
+
+
+def _key_order(keys: pa.Array) -> tuple[np.ndarray | None, str | None, str | None] | None:
+    """(the order that sorts `keys`, None when they already ascend; smallest; largest), or None when a key
+    repeats."""
+    order = None
+    if not _strictly_increasing(keys):
+        order = ints_to_numpy(pc.sort_indices(keys)).astype(np.int64)
+        keys = keys.take(from_numpy(order))
+        if not _strictly_increasing(keys):
+            return None
+    if len(keys) == 0:
+        return order, None, None
+    return order, keys[0].as_py(), keys[-1].as_py()
 
 
 class IndexSqliteWriter:

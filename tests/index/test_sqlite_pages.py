@@ -234,3 +234,23 @@ def test_a_failed_page_write_raises_oserror(tmp_path):
             native.add(w, 0, (("i", np.arange(1000, dtype=np.int64)),), 1, None)
     finally:
         os.close(fd)
+
+
+def test_writer_errors_name_the_file(tmp_path, monkeypatch):
+    import errno
+    import types
+
+    from energon_arrow.index import sqlite_pages
+
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    path = str(tmp_path / "full.sqlite")
+    writer = IndexPagesWriter(path)
+    monkeypatch.setattr(sqlite_pages, "_native", types.SimpleNamespace(add=full_disk, finish=full_disk))
+    rng = np.random.default_rng(2)
+    with pytest.raises(OSError) as err:
+        writer.try_add_shard(0, "a.tar", shard_index(["k"], [["jpg"]], rng))
+    assert (err.value.errno, err.value.filename) == (errno.ENOSPC, path)
+    with pytest.raises(OSError, match="full.sqlite"):
+        writer.finish()

@@ -376,10 +376,10 @@ static int level_finish(Writer *w, Tree *t, int lvl, uint32_t final_child, uint3
             w->error = ENOMEM;
             return -1;
         }
-        int n = page_pop(&L->prev, last);
+        int n = page_pop(&L->prev, last), rc = 0;
         if (leaf) { /* index leaves (table leaves never leave cur empty) */
             page_append(&L->cur, 1, L->sep, L->sep_len);
-            keep_sep(w, L, last, n);
+            rc = keep_sep(w, L, last, n);
         } else {
             uint8_t *moved = malloc((size_t)L->sep_len + 13);
             if (!moved) {
@@ -398,10 +398,11 @@ static int level_finish(Writer *w, Tree *t, int lvl, uint32_t final_child, uint3
             page_append(&L->cur, 0, moved, m);
             free(moved);
             L->prev.right = get_u32(last);
-            if (t->is_index) keep_sep(w, L, last + 4, n - 4);
+            if (t->is_index) rc = keep_sep(w, L, last + 4, n - 4);
             else L->sep_key = (int64_t)get_varint(last + 4);
         }
         free(last);
+        if (rc < 0) return -1;
     }
     if (flush_prev(w, t, lvl) < 0) return -1;
     if (L->written == 0) return page_write(w, &L->cur, level_flag(t, lvl), root);
@@ -626,15 +627,15 @@ static int parse_column(PyObject *spec, Column *c, Py_buffer *views, int *nviews
             PyErr_SetString(PyExc_ValueError, "text offsets are empty");
             return -1;
         }
-        /* every row's bytes must lie inside data */
+        /* every row's bytes must lie inside data: offsets ascend from 0 or more to at most its length */
+        int64_t before = 0;
         for (Py_ssize_t r = 0; r <= c->length; r++) {
             int64_t at = c->wide_offsets ? ((const int64_t *)o->buf)[r] : ((const int32_t *)o->buf)[r];
-            int64_t before = r == 0 ? 0 : (c->wide_offsets ? ((const int64_t *)o->buf)[r - 1]
-                                                           : ((const int32_t *)o->buf)[r - 1]);
-            if (at < 0 || at > d->len || (r > 0 && at < before)) {
+            if (at < before || at > d->len) {
                 PyErr_Format(PyExc_ValueError, "text offset %lld at row %zd is out of range", (long long)at, r);
                 return -1;
             }
+            before = at;
         }
     } else {
         PyErr_Format(PyExc_TypeError, "unknown column %R", spec);
@@ -682,7 +683,6 @@ static PyObject *pages_add(PyObject *self, PyObject *args) {
         cols[total++].kind = 'r';
     }
     const int64_t *order = NULL;
-    Py_ssize_t count = rows;
     if (order_obj != Py_None) {
         Py_buffer *v = &views[nviews];
         if (PyObject_GetBuffer(order_obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
@@ -700,7 +700,7 @@ static PyObject *pages_add(PyObject *self, PyObject *args) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = add_rows(w, &w->tree[tree], cols, total, count, rowid_base, order);
+    rc = add_rows(w, &w->tree[tree], cols, total, rows, rowid_base, order);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         raise_writer_error(w);
