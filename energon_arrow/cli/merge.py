@@ -27,16 +27,17 @@ from energon_arrow.cli.main import CliError
 def command(inputs, output_prefix, as_json, storage_options):
     """Merge token datasets (Megatron's merge_datasets / add_index), streaming index arrays and data."""
     from energon_arrow.tokens.builder import merge_datasets
-    from energon_arrow.tokens.jsonl import expand_inputs
+    from energon_arrow.tokens.indexed import prefix_of
+    from energon_arrow.tokens.jsonl import expand_inputs, is_glob
 
     prefixes = []
     for text in inputs:
-        if any(c in text for c in "*?["):
+        if is_glob(text):
             if not text.endswith(".idx"):
                 raise CliError(f"{text}: a glob must match .idx files (e.g. parts/*.idx)")
-            prefixes += [f.url[: -len(".idx")] for f in expand_inputs([text], storage_options)]
+            prefixes += [prefix_of(f.url) for f in expand_inputs([text], storage_options)]
         else:
-            prefixes.append(text[: -len(".idx")] if text.endswith((".idx", ".bin")) else text)
+            prefixes.append(prefix_of(text))
     summary = merge_datasets(prefixes, output_prefix, storage_options)
     summary["inputs"] = prefixes
     if as_json:

@@ -13,14 +13,14 @@ from energon_arrow.cli.main import CliError
 
 def token_prefix(dataset: str, options: dict) -> str | None:
     """The prefix of a Megatron token dataset (`PREFIX`, `PREFIX.idx` or `PREFIX.bin`), else None."""
-    from energon_arrow.adapters import open_storage
+    from energon_arrow.tokens.indexed import prefix_of, split_prefix
 
-    prefix = dataset[:-4] if dataset.endswith((".idx", ".bin")) else dataset
-    parent, _, name = prefix.rstrip("/").rpartition("/")
-    if not name:
+    prefix = prefix_of(dataset)
+    try:
+        storage, stem = split_prefix(prefix, options)
+    except ValueError:  # a folder or a bare bucket: not a token prefix
         return None
-    storage = open_storage(parent or os.getcwd(), options)
-    return prefix if storage.exists(name + ".idx") and not storage.isdir(name) else None
+    return prefix if storage.exists(stem + ".idx") and not storage.isdir(stem) else None
 
 
 def write_output(target: str, data: bytes, options: dict) -> None:
@@ -67,6 +67,10 @@ def command(dataset, sql, fmt, output, max_rows, no_verify, split_config, storag
     if prefix is not None:
         from energon_arrow.tokens.table import token_sql
 
+        if no_verify or split_config != "split.yaml":
+            raise CliError(
+                f"{dataset}: --no-verify and --split-config apply to WebDataset indexes, not token datasets"
+            )
         table = token_sql(prefix, sql, storage_options)
     else:
         from energon_arrow.query import open_dataset

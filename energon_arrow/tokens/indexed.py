@@ -34,6 +34,11 @@ _SLICE_MIN_AVG = 4096  # mean piece length (tokens) from which per-piece slice c
 _ROW = 64  # pieces of at least this many tokens are gathered as strided rows of this width
 
 
+def prefix_of(text: str) -> str:
+    """The dataset prefix named by `text`: `PREFIX`, `PREFIX.idx` or `PREFIX.bin`."""
+    return text[: -len(".idx")] if text.endswith((".idx", ".bin")) else text
+
+
 def split_prefix(prefix, storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
     """(storage of the folder, file name stem) for a dataset prefix such as `s3://b/dir/name` or `/x/name`."""
     if isinstance(prefix, Storage):

@@ -22,6 +22,12 @@ from energon_arrow.adapters import Storage, open_storage
 
 _GLOB = re.compile(r"[*?\[]")
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_glob(text: str) -> bool:
+    return _GLOB.search(text) is not None
+
+
 _COUNT_BLOCK = 16 * 1024 * 1024
 
 
@@ -58,7 +64,7 @@ def expand_inputs(
     out: list[InputFile] = []
     for pattern in patterns:
         text = os.fspath(pattern)
-        if not _GLOB.search(text):
+        if not is_glob(text):
             head, _, name = text.rstrip("/").rpartition("/")
             storage = open_storage(head or ".", storage_options)
             out.append(InputFile(storage, name, storage.stat(name).size))

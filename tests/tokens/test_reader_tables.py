@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pytest
 
 from energon_arrow.adapters import open_storage
 from energon_arrow.tokens.table import document_table, sequence_table, token_sql
@@ -83,3 +84,14 @@ def test_query_cli_on_token_dataset(local_root, capsys):
             ]
         )
         assert json.loads(capsys.readouterr().out) == [{"docs": 3, "tokens": 9}]
+
+
+def test_query_cli_refuses_webdataset_options_on_a_token_dataset(local_root, capsys):
+    from energon_arrow.cli.main import main
+
+    prefix = put(open_storage(local_root[0]), "o", EXAMPLE)
+    for option in (["--no-verify"], ["--split-config", "other.yaml"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["query", prefix, "select count(*) from documents", *option])
+        assert exc.value.code != 0
+        assert "apply to WebDataset indexes" in capsys.readouterr().err
