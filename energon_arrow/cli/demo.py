@@ -127,6 +127,19 @@ def _nanoset(prefix: str, cache_dir: str, seq_length: int, batch: int) -> None:
     )
 
 
+DEMO_OUTPUTS = ("webdataset", "corpus.jsonl", "tokens", "nanoset-cache")  # what a run writes in its workdir
+
+
+def _remove_previous_run(workdir: str) -> None:
+    """Delete what an earlier demo wrote in `workdir`, and nothing else (the workdir may hold other files)."""
+    for name in DEMO_OUTPUTS:
+        path = os.path.join(workdir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+
+
 @click.command("demo")
 @click.option(
     "--workdir", default="/tmp/energon-arrow-demo", show_default=True, help="Where to generate data."
@@ -139,8 +152,7 @@ def command(workdir: str, shards: int, samples_per_shard: int, documents: int, w
     """Generate data locally and run the whole pipeline over it (prepare, query, load, tokenize, GPT samples)."""
     from energon_arrow.testing.synthetic import write_webdataset
 
-    if os.path.exists(workdir):
-        shutil.rmtree(workdir)
+    _remove_previous_run(workdir)
     root = os.path.join(workdir, "webdataset")
     t_all = time.perf_counter()
 

@@ -37,3 +37,16 @@ def test_demo_end_to_end(tmp_path, capsys):
         info = json.load(f)
     assert sum(info["shard_counts"].values()) == 160
     assert os.path.exists(os.path.join(workdir, "tokens", "corpus_text_document.idx"))
+
+
+def test_demo_removes_only_its_own_earlier_outputs(tmp_path):
+    from energon_arrow.cli.demo import DEMO_OUTPUTS, _remove_previous_run
+
+    for name in DEMO_OUTPUTS:
+        if name.endswith(".jsonl"):
+            (tmp_path / name).write_text("{}\n")
+        else:
+            (tmp_path / name / "sub").mkdir(parents=True)
+    (tmp_path / "notes.txt").write_text("mine")
+    _remove_previous_run(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
