@@ -62,15 +62,11 @@ def put_objects(storage, items: Mapping[str, bytes]) -> None:
             storage._call(rel, lambda request=request: direct.put(*request))
     for rel in small:
         storage.fs.invalidate_cache(storage.path_of(rel))  # s3fs's listings cache must not go stale
-    rest = {rel: data for rel, data in items.items() if direct is None or len(data) > DIRECT_PUT_LIMIT}
-    if len(rest) == 1:
-        rel, data = next(iter(rest.items()))
-        storage._call(rel, lambda: storage.fs.pipe_file(storage.path_of(rel), data))
-    elif rest:  # s3fs sends them concurrently
-        try:
-            storage.fs.pipe({storage.path_of(rel): data for rel, data in rest.items()})
-        except Exception as exc:  # noqa: BLE001 - classified into a StorageError naming the URL
-            raise classify(exc, storage.url_of(next(iter(rest)))) from None
+    sent = set(small)
+    rest = [rel for rel in items if rel not in sent]
+    if rest:  # through s3fs (concurrently when several), retried as a whole: PUTs of whole objects
+        paths = {storage.path_of(rel): items[rel] for rel in rest}
+        storage._call(rest[0], lambda: storage.fs.pipe(paths))
 
 
 def publish_folder(
