@@ -46,16 +46,15 @@ def _local_share(storage, to_index, rank: int, world: int, workers: int) -> list
 
 def prepare_distributed(storage, options: PrepareOptions, progress=None) -> PrepareResult | None:
     rank, world, joined = _world()
-    if not joined:
-        return _prepare_in_group(storage, options, progress, rank, world)
-    import torch.distributed as dist
-
     try:
         return _prepare_in_group(storage, options, progress, rank, world)
     finally:
-        # a group left to interpreter shutdown can abort the process ("terminate called without an active
-        # exception") after a successful prepare: every rank leaves it here, together
-        dist.destroy_process_group()
+        if joined:
+            # a group left to interpreter shutdown can abort the process ("terminate called without an active
+            # exception") after a successful prepare: every rank leaves it here, together
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
 
 
 def _prepare_in_group(

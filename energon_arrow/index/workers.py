@@ -106,20 +106,18 @@ def index_shards(
             yield i, index_one(storage, rel, size, write_tar_idx)
         return
     # bounded look-ahead: results are consumed in order. Remote: a short one, so that the consumer (index.sqlite
-    # inserts) is never far behind the downloads when they end; on a busy CPU the downloads then wait for it
+    # writer) is never far behind the downloads when they end; on a busy CPU the downloads then wait for it
     # instead of competing with it.
     window = max(2, 4 * num_workers) if storage.is_local else num_workers + 2
     remote_idx = _RemoteIndexFiles(storage) if write_tar_idx and not storage.is_local else None
-    if storage.is_local:
+    if storage.is_local:  # the worker that read a shard writes its `.tar.idx`
         pool = _process_pool(num_workers) if _can_fork() else cf.ThreadPoolExecutor(num_workers)
-
-        def submit(rel, size):
-            return pool.submit(index_one, storage, rel, size, write_tar_idx)
     else:  # threads: concurrent GETs on the shared async client (forked CPU workers measured slower)
         pool = cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-fetch")
+    in_worker = write_tar_idx and storage.is_local
 
-        def submit(rel, size):
-            return pool.submit(index_one, storage, rel, size, False)
+    def submit(rel, size):
+        return pool.submit(index_one, storage, rel, size, in_worker)
 
     pending: deque = deque()
     try:

@@ -115,9 +115,7 @@ def _names(names: np.ndarray) -> pa.Array:
     # flat position of every kept byte: row start + position within the name
     pos = np.arange(int(offsets[-1]), dtype=np.int64)
     pos += np.repeat(np.arange(0, n * width, width, dtype=np.int64) - offsets[:-1], lengths)
-    data = (
-        names.reshape(-1)[pos] if names.flags.c_contiguous else np.ascontiguousarray(names).reshape(-1)[pos]
-    )
+    data = names.reshape(-1)[pos]  # reshape copies a non-contiguous array
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
@@ -198,8 +196,6 @@ def scan_windows_fast(windows, size: int) -> Members | None:
         if expected != total or size != total * BLOCK or not parts:  # truncated, or no member: general walk
             return None
         end_block = expected  # no end-of-archive blocks: the data ends with the file
-    if end_block * BLOCK > size:
-        return None
     starts, data, sizes, names = (list(col) for col in zip(*parts))
     return Members(
         np.concatenate(starts),
