@@ -129,6 +129,14 @@ def test_stream_source_reads_across_blocks(store, monkeypatch):
     assert our_view(index) == energon_view(data)
 
 
+def _record_windowed_walks(monkeypatch, tar_pkg) -> list:
+    """The results of the vectorised windowed walk (None: it handed the shard to the general walk)."""
+    results = []
+    windowed = tar_pkg.scan_windows_fast
+    monkeypatch.setattr(tar_pkg, "scan_windows_fast", lambda *a: results.append(windowed(*a)) or results[-1])
+    return results
+
+
 @pytest.mark.parametrize("window_blocks", [1, 2, 3, 16])
 def test_remote_shards_larger_than_one_read_use_the_windowed_walk(monkeypatch, window_blocks):
     import uuid
@@ -138,9 +146,7 @@ def test_remote_shards_larger_than_one_read_use_the_windowed_walk(monkeypatch, w
     store = open_storage(f"memory://ea-win-{uuid.uuid4().hex[:8]}")
     monkeypatch.setattr(tar_pkg, "WHOLE_READ_LIMIT", 0)
     monkeypatch.setattr(tar_pkg, "STREAM_WINDOW", 512 * window_blocks)  # payloads span windows
-    results = []
-    windowed = tar_pkg.scan_windows_fast
-    monkeypatch.setattr(tar_pkg, "scan_windows_fast", lambda *a: results.append(windowed(*a)) or results[-1])
+    results = _record_windowed_walks(monkeypatch, tar_pkg)
     plain = shard_bytes(0, 30, 700)
     inner = build_tar([("x/in0.txt", b"inner"), ("x/in1.txt", b"i" * 700)], tarfile.USTAR_FORMAT)
     nested = build_tar([("a.tar", inner), ("a.txt", b"1"), ("b.bin", inner)], tarfile.USTAR_FORMAT)
@@ -168,5 +174,7 @@ def test_windowed_walk_on_s3(monkeypatch, s3_root):
     store = open_storage(url, options)
     monkeypatch.setattr(tar_pkg, "WHOLE_READ_LIMIT", 0)
     monkeypatch.setattr(tar_pkg, "STREAM_WINDOW", 4096)
+    results = _record_windowed_walks(monkeypatch, tar_pkg)
     data = shard_bytes(0, 40, 1500)
     assert our_view(_index(store, data)) == energon_view(data)
+    assert len(results) == 1 and results[0] is not None  # the windowed walk, not the general one
