@@ -8,6 +8,7 @@ import ctypes
 import ctypes.util
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Mapping
@@ -98,10 +99,10 @@ def _check_name(storage, rel_dir: str, fname: str) -> None:
 def _publish_local(storage, rel_dir, files, keep_existing):
     target = storage.path_of(rel_dir).rstrip("/")
     parent, name = os.path.split(target)
-    staging = os.path.join(parent, f".{name}.staging-{uuid.uuid4().hex[:12]}")
+    staging = os.path.join(parent, private_prefix(f".{name}.staging-") + uuid.uuid4().hex[:12])
     try:
         os.makedirs(parent, exist_ok=True)
-        _remove_abandoned_staging(parent, name)
+        remove_abandoned(parent, f".{name}.staging-")
         if keep_existing and os.path.isdir(target):
             shutil.copytree(
                 target,
@@ -130,15 +131,39 @@ def _publish_local(storage, rel_dir, files, keep_existing):
         raise classify(exc, storage.url_of(rel_dir)) from None
 
 
-def _remove_abandoned_staging(parent: str, name: str) -> None:
-    """Staging folders of publishers that died (killed mid-publish) and are older than STALE_STAGING_S."""
-    prefix = f".{name}.staging-"
-    now = time.time()
+def private_prefix(prefix: str) -> str:
+    """`prefix` followed by this host and process: a folder named so (by a process that could not clean up
+    after itself, e.g. SIGKILLed) is recognised as abandoned by `remove_abandoned` once that process is gone."""
+    return f"{prefix}{socket.gethostname()}-{os.getpid()}-"
+
+
+def remove_abandoned(parent: str, prefix: str) -> list[str]:
+    """Delete the folders `parent/<prefix>*` that their writers abandoned: those named by `private_prefix` for a
+    process of this host that no longer runs, and any older than STALE_STAGING_S (another host's on a shared
+    filesystem, or unnamed). Returns their names."""
+    host, removed = socket.gethostname(), []
     for entry in os.scandir(parent):
-        if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
-            with contextlib.suppress(OSError):
-                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_STAGING_S:
-                    shutil.rmtree(entry.path, ignore_errors=True)
+        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+            continue
+        owner_host, _, pid = entry.name[len(prefix) :].rpartition("-")[0].rpartition("-")
+        try:
+            stale = time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_STAGING_S
+        except OSError:
+            continue
+        if stale or (owner_host == host and pid.isdigit() and not _process_alive(int(pid))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        pass
+    return True
 
 
 def _swap_in(staging: str, target: str) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections import Counter
@@ -26,7 +25,7 @@ from typing import Protocol
 import pyarrow.compute as pc
 
 from energon_arrow.adapters import open_storage
-from energon_arrow.adapters.publish import STALE_STAGING_S, RemoteFolderUpload
+from energon_arrow.adapters.publish import RemoteFolderUpload, private_prefix, remove_abandoned
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.side_index import SideIndexWriter, read_side_index
 from energon_arrow.index.sqlite_pages import IndexSqliteWriter
@@ -190,47 +189,27 @@ def _meta_files(storage, options: PrepareOptions, counts, split, part_types) -> 
 _BUILD_PREFIX = ".nv-meta.build-"
 
 
+_TMP_BUILD_PREFIX = "energon-arrow-prepare-"
+
+
 def _build_dir(storage, tmp_path: str | None) -> str:
     """A private folder for the new .nv-meta: beside the dataset for local roots (same filesystem, so the publish
-    is a rename), named after this host and process so that a later prepare can tell an abandoned one."""
-    if tmp_path:
-        os.makedirs(tmp_path, exist_ok=True)
-        return tempfile.mkdtemp(prefix="energon-arrow-prepare-", dir=tmp_path)
-    if storage.is_local:
-        root = storage.local_path("")
-        os.makedirs(root, exist_ok=True)
-        remove_abandoned_builds(root)
-        return tempfile.mkdtemp(prefix=f"{_BUILD_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=root)
-    return tempfile.mkdtemp(prefix="energon-arrow-prepare-")
+    is a rename), else in `tmp_path` or the system temp folder; named after this host and process so that a
+    later prepare can tell an abandoned one and remove it."""
+    if tmp_path or not storage.is_local:
+        parent = tmp_path or tempfile.gettempdir()
+        os.makedirs(parent, exist_ok=True)
+        remove_abandoned(parent, _TMP_BUILD_PREFIX)
+        return tempfile.mkdtemp(prefix=private_prefix(_TMP_BUILD_PREFIX), dir=parent)
+    root = storage.local_path("")
+    os.makedirs(root, exist_ok=True)
+    remove_abandoned_builds(root)
+    return tempfile.mkdtemp(prefix=private_prefix(_BUILD_PREFIX), dir=root)
 
 
 def remove_abandoned_builds(root: str) -> list[str]:
-    """Delete the build folders of prepares that were killed (SIGKILL cannot clean up): those of this host whose
-    process is gone, and any older than a day (another host's, on a shared filesystem). Returns their names."""
-    host, removed = socket.gethostname(), []
-    for entry in os.scandir(root):
-        if not entry.name.startswith(_BUILD_PREFIX) or not entry.is_dir(follow_symlinks=False):
-            continue
-        owner_host, _, rest = entry.name[len(_BUILD_PREFIX) :].rpartition("-")[0].rpartition("-")
-        pid = int(rest) if rest.isdigit() else None
-        try:
-            stale = time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_STAGING_S
-        except OSError:
-            continue
-        if stale or (owner_host == host and pid is not None and not _process_alive(pid)):
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.name)
-    return removed
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
+    """Delete the build folders of prepares that were killed (SIGKILL cannot clean up). Returns their names."""
+    return remove_abandoned(root, _BUILD_PREFIX)
 
 
 def prepare_dataset(

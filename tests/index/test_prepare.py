@@ -252,3 +252,14 @@ def test_prepare_on_s3_matches_local(s3_root, tmp_path):
             storage_options=options,
         )
     assert {name: store.read_bytes(f".nv-meta/{name}") for name in before} == before
+
+
+def test_prepare_with_tmp_path_removes_builds_of_dead_processes(dataset, tmp_path):
+    import socket
+
+    tmp = tmp_path / "builds"
+    dead = tmp / f"energon-arrow-prepare-{socket.gethostname()}-999999999-abcd1234"  # no such process
+    dead.mkdir(parents=True)
+    (dead / "index.sqlite").write_bytes(b"half")
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, tmp_path=str(tmp)))
+    assert os.listdir(tmp) == []
