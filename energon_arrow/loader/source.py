@@ -9,6 +9,7 @@ Arrays built before the DataLoader forks its workers are shared copy-on-write, n
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import shutil
@@ -102,20 +103,16 @@ class SplitSource:
     def subset(self, start: int, end: int) -> SplitSource:
         """Rows [start, end) of the table (metadataset `subset` ranges)."""
         sl = slice(start, end)
-        return SplitSource(
-            self.storage,
-            self.shard_paths,
-            self.shard_id[sl],
-            self.sample_index[sl],
-            self.byte_offset[sl],
-            self.byte_size[sl],
-            None if self.keys is None else self.keys[start:end],
-            self.config,
-            self.subflavors,
-            f"{self.name}[{start}:{end}]",
-            self.aux,
-            None if self.parts is None else {k: (o[sl], z[sl]) for k, (o, z) in self.parts.items()},
-        )
+        return dataclasses.replace(
+            self,
+            shard_id=self.shard_id[sl],
+            sample_index=self.sample_index[sl],
+            byte_offset=self.byte_offset[sl],
+            byte_size=self.byte_size[sl],
+            keys=None if self.keys is None else self.keys[start:end],
+            name=f"{self.name}[{start}:{end}]",
+            parts=None if self.parts is None else {k: (o[sl], z[sl]) for k, (o, z) in self.parts.items()},
+        )  # the rest is shared, the key maps too (release_pages)
 
 
 def open_split(

@@ -98,3 +98,30 @@ def test_metadataset_errors(tmp_path, prepared_root):
         _keys(_mds(tmp_path, f"  train:\n    path: {prepared_root}\n    subset: {{range: [0, 1000]}}\n"), 1)
     with pytest.raises(LoaderError, match=r"unsupported entry keys \['colour'\]"):
         _keys(_mds(tmp_path, f"  train:\n    path: {prepared_root}\n    colour: red\n"), 1)
+
+
+def test_subset_keeps_everything_but_the_rows():
+    import numpy as np
+    import pyarrow as pa
+
+    from energon_arrow.adapters import open_storage
+    from energon_arrow.loader.source import SplitSource
+
+    rows = np.arange(5, dtype=np.int64)
+    src = SplitSource(
+        open_storage("memory://ea-subset"),
+        ["a.tar"],
+        rows.astype(np.int32),
+        rows,
+        rows * 10,
+        rows + 1,
+        keys=pa.array(list("abcde")),
+        name="ds",
+        aux={"x": 1},
+        _key_maps=["map"],
+    )
+    sub = src.subset(1, 3)
+    assert (
+        sub.byte_offset.tolist() == [10, 20] and sub.keys.to_pylist() == ["b", "c"] and sub.name == "ds[1:3]"
+    )
+    assert (sub.aux, sub._key_maps, sub.shard_paths) == ({"x": 1}, ["map"], ["a.tar"])
