@@ -7,6 +7,7 @@ N times (the sample is skipped and logged) before the N+1st failure is raised.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import random
@@ -28,10 +29,16 @@ def _key_of(sample: Any) -> Any:
     return sample.get("__key__") if isinstance(sample, dict) else getattr(sample, "__key__", None)
 
 
+@functools.lru_cache(maxsize=256)
+def _keywords(cook) -> tuple[bool, frozenset]:
+    """(whether `cook` takes **kwargs, its parameter names): read once per cook function, not per sample."""
+    params = inspect.signature(cook).parameters
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), frozenset(params)
+
+
 def cook_kwargs(cook, source: SplitSource) -> dict:
     """The aux stores (and `primary`) a cook function asks for by keyword."""
-    params = inspect.signature(cook).parameters
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    takes_all, params = _keywords(cook)
     kwargs = {k: v for k, v in source.aux.items() if takes_all or k in params}
     if "primary" in params:
         from energon_arrow.loader.filestore import PartStore
