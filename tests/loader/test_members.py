@@ -53,3 +53,26 @@ def test_truncated_sample_names_the_place():
     data = _tar([("k.bin", b"x" * 2000)])
     with pytest.raises(LoaderError, match=r"t.tar@100\+0: tar member runs past"):
         split_sample(memoryview(data)[:1024], "t.tar@100")
+
+
+def _pax_member(name: str, data: bytes, pax: dict) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.pax_headers = pax
+    block = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    return block + data + bytes(-len(data) % 512)
+
+
+def test_a_pax_size_overrides_the_header_size():
+    member = bytearray(_pax_member("k.txt", b"hello", {"size": "5"}))
+    ustar = len(member) - 1024  # the member's own header (after the PAX header and its record block)
+    member[ustar + 124 : ustar + 136] = b"00000000000\0"  # the header claims 0 bytes
+    key, parts = split_sample(memoryview(bytes(member) + _tar([("n.txt", b"2")])), "t.tar")
+    assert key == "k" and bytes(parts["txt"]) == b"hello"
+
+
+def test_a_corrupt_pax_record_names_the_place():
+    member = bytearray(_pax_member("k.txt", b"hello", {"comment": "abc"}))
+    member[512:520] = b"0 a=b\n\0\0"  # a record of length 0
+    with pytest.raises(LoaderError, match=r"t.tar@7\+0: corrupt PAX header"):
+        split_sample(memoryview(bytes(member)), "t.tar@7")
