@@ -10,6 +10,7 @@ identities means a token file changed after its indices were built: that is an e
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
@@ -140,19 +141,18 @@ def obtain(
         return local if local is not None else build_and_store()
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
-    names: list = [None] * world
-    dist.all_gather_object(names, name, group=group)
+    group = _cpu_group(dist, dist.group.WORLD)
+    local = cache.load(name)
+    gathered: list = [None] * world  # (index key, has it cached) of every rank
+    dist.all_gather_object(gathered, (name, local is not None), group=group)
+    names = [n for n, _ in gathered]
     if len(set(names)) != 1:
         odd = next(r for r, n in enumerate(names) if n != names[0])
         raise RuntimeError(
             f"ranks disagree on the Nanoset index key: rank 0 has {names[0]}, rank {odd} has {names[odd]} "
             f"(different settings or different token files); this is rank {rank}"
         )
-    local = cache.load(name)
-    have: list = [None] * world
-    dist.all_gather_object(have, local is not None, group=group)
-    if all(have):
+    if all(has for _, has in gathered):
         return local
     status = [None]
     arrays = None
@@ -172,6 +172,13 @@ def obtain(
     if rank != 0:
         cache.store(name, received, desc)
     return received
+
+
+@functools.lru_cache(maxsize=4)
+def _cpu_group(dist, world):
+    """A gloo group over the ranks of the default group `world` (None when that is gloo already): created once,
+    collectively, by the first Nanoset index every rank obtains, and reused by the later ones."""
+    return None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
 
 def _broadcast_arrays(dist, group, arrays: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
