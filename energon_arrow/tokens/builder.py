@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_arrow.tokens.idx_format import dtype_code, pack_header
+from energon_arrow.tokens.idx_format import IndexFormatError, dtype_code, pack_header, sequence_pointers
 from energon_arrow.tokens.indexed import IndexedTokens, split_prefix
 from energon_arrow.tokens.sink import Sink
 from energon_arrow.tokens.spool import READ_CHUNK, ArraySpool
@@ -230,11 +230,14 @@ class TokenWriter:
     def add_index(
         self, prefix, storage_options: Mapping[str, Any] | None = None, max_documents: int | None = None
     ) -> None:
-        """Append an existing dataset (merge), or only its first `max_documents` documents: its index
-        arrays are streamed in chunks and its .bin copied."""
+        """Append an existing dataset (a prefix, or one already open), or only its first `max_documents`
+        documents: its index arrays are streamed in chunks and its .bin copied."""
         self._check_open()
         self._check_no_open_items("add_index")
-        part = IndexedTokens(prefix, storage_options, multimodal=True if self.multimodal else None)
+        if isinstance(prefix, IndexedTokens):
+            part = prefix
+        else:
+            part = IndexedTokens(prefix, storage_options, multimodal=True if self.multimodal else None)
         if part.dtype != self.dtype:
             raise ValueError(f"{part.idx_url}: dtype {part.dtype} differs from the output's {self.dtype}")
         itemsize = self.dtype.itemsize
@@ -253,10 +256,14 @@ class TokenWriter:
             b = min(n, a + READ_CHUNK)
             lens = np.asarray(part.sequence_lengths[a:b])
             ptrs = np.asarray(part.sequence_pointers[a:b])
-            expect = start + np.concatenate([[0], np.cumsum(lens[:-1].astype(np.int64) * itemsize)])
+            expect = sequence_pointers(lens, itemsize, start)
             if not np.array_equal(ptrs, expect):
                 k = a + int(np.argmax(ptrs != expect))
-                raise ValueError(f"{part.idx_url}: sequence {k} is not stored contiguously; cannot append it")
+                raise IndexFormatError(
+                    part.idx_url,
+                    part.header.pointers_offset + 8 * k,
+                    f"sequence {k} is not stored contiguously; cannot append it",
+                )
             start = int(expect[-1]) + int(lens[-1]) * itemsize
             self._lengths.append(np.array(lens))
             if self.multimodal:
@@ -322,10 +329,7 @@ class TokenWriter:
         start = 0
         itemsize = self.dtype.itemsize
         for chunk in self._lengths.chunks():
-            ptr = np.empty(chunk.size, np.int64)
-            ptr[0] = start
-            np.cumsum(chunk[:-1].astype(np.int64) * itemsize, out=ptr[1:])
-            ptr[1:] += start
+            ptr = sequence_pointers(chunk, itemsize, start)
             start = int(ptr[-1]) + int(chunk[-1]) * itemsize
             idx.write(ptr.data)
         idx.write(np.zeros(1, np.int64).data)
@@ -372,6 +376,6 @@ def merge_datasets(
         spool_dir=spool_dir,
         spool_memory_bytes=spool_memory_bytes,
     ) as w:
-        for p in parts:
+        for p in [first, *parts[1:]]:
             w.add_index(p, storage_options)
         return w.finalize()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from energon_arrow.tokens.builder import TokenWriter, merge_datasets
 from energon_arrow.tokens.indexed import IndexedTokens
@@ -51,3 +52,20 @@ def test_merge_multimodal_keeps_modes(tmp_path):
     ds = IndexedTokens(str(tmp_path / "mm"))
     assert ds.multimodal and ds.sequence_modes.tolist() == [0, 1, 1, 2]
     assert ds.document_indices.tolist() == [0, 2, 4]
+
+
+def test_a_part_with_gaps_in_its_bin_is_refused_with_the_offset(tmp_path):
+    from energon_arrow.tokens.idx_format import IndexFormatError
+
+    prefix = str(tmp_path / "a")
+    with TokenWriter(prefix, np.uint16) as w:
+        w.add_document(np.arange(10, dtype=np.uint16), lengths=[4, 6])
+        w.add_document(np.arange(4, dtype=np.uint16))
+    # sequence 1 starts at byte 10 instead of 8: a gap of one token in the .bin
+    at = IndexedTokens(prefix).header.pointers_offset + 8
+    with open(prefix + ".idx", "r+b") as f:
+        f.seek(at)
+        f.write((10).to_bytes(8, "little"))
+    with pytest.raises(IndexFormatError, match="sequence 1 is not stored contiguously") as err:
+        merge_datasets([prefix], str(tmp_path / "m"))
+    assert err.value.offset == at
