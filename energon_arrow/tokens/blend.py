@@ -31,16 +31,13 @@ _SCALAR_RUN = 4096
 
 
 def normalize(weights) -> np.ndarray:
-    """Weights divided by their sum (float64), rejecting negative weights or a non-positive sum."""
+    """Weights divided by their sum (float64), rejecting weights that are not positive finite numbers."""
     w = np.asarray(weights, dtype=np.float64).reshape(-1)
     if w.size == 0:
         raise ValueError("a blend needs at least one weight")
     if not np.isfinite(w).all() or (w <= 0).any():
         raise ValueError(f"blend weights must be positive finite numbers, got {w.tolist()}")
-    total = np.sum(w)
-    if not total > 0:
-        raise ValueError(f"blend weights must sum to a positive number, got {w.tolist()}")
-    return w / total
+    return w / np.sum(w)
 
 
 def per_dataset_samples(weights: np.ndarray, size: int, surplus: float = 0.0) -> list[int]:
@@ -48,7 +45,7 @@ def per_dataset_samples(weights: np.ndarray, size: int, surplus: float = 0.0) ->
     return [int(math.ceil(math.ceil(size * float(w)) * (1 + surplus))) for w in weights]
 
 
-def _predict(w: np.ndarray, counts: np.ndarray, start: int, window: int) -> np.ndarray:
+def _predict(w: np.ndarray, counts: np.ndarray, window: int) -> np.ndarray:
     """A guess of the next `window` choices: each dataset's upcoming picks merged by due time."""
     keys, owners = [], []
     for i, wi in enumerate(w.tolist()):
@@ -76,7 +73,7 @@ def blending_indices(weights, size: int) -> tuple[np.ndarray, np.ndarray]:
     window = 1024
     while k < size:
         n = min(window, size - k)
-        guess = _predict(w, counts, k, n)
+        guess = _predict(w, counts, n)
         onehot = np.zeros((d, n), dtype=np.int64)
         onehot[guess, np.arange(n)] = 1
         before = np.cumsum(onehot, axis=1) - onehot + counts[:, None]  # counts before each step, per dataset
