@@ -142,8 +142,11 @@ def open_lines(unit: WorkUnit) -> Iterator[tuple[int, bytes]]:
     else:
         raw = io.BufferedReader(f.storage.open_stream(f.rel), 1024 * 1024)
     with raw:
-        stream = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(f) else raw
+        number = unit.first_line - 1  # the last line read
         try:
+            # the magic bytes from the stream already open (is_gzip would send a request of its own)
+            compressed = f.rel.endswith(".gz") or raw.peek(2)[:2] == GZIP_MAGIC
+            stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
             if unit.start:
                 stream.seek(unit.start)
             pos, limit = unit.start, unit.end
@@ -153,7 +156,7 @@ def open_lines(unit: WorkUnit) -> Iterator[tuple[int, bytes]]:
                 pos += len(line)
                 yield number, line
         except (OSError, EOFError) as exc:
-            raise BadLineError(f"{f.url}: cannot read input: {exc}") from None
+            raise BadLineError(f"{f.url}: cannot read input after line {number}: {exc}") from None
 
 
 def parse_document(line: bytes, keys: Sequence[str], url: str, number: int) -> list[str] | None:

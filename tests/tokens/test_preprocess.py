@@ -221,3 +221,16 @@ def test_cli_preprocess_and_merge(tmp_path):
     assert "Traceback" not in r.stderr
     r = run_cli("preprocess", "--input", src, "--output-prefix", str(tmp_path / "y"), "--tokenizer", "nope")
     assert r.returncode == 1 and "unknown tokenizer 'nope'" in r.stderr
+
+
+def test_a_truncated_gzip_input_names_the_file_and_the_last_good_line(tmp_path):
+    from energon_arrow.tokens.jsonl import open_lines
+
+    path = tmp_path / "c.jsonl.gz"
+    path.write_bytes(gzip.compress(b"".join(b'{"text": "%d"}\n' % i for i in range(2000)))[:-200])
+    (unit,) = plan_units(expand_inputs([str(path)]), workers=1)
+    read = []
+    with pytest.raises(BadLineError, match=r"c\.jsonl\.gz: cannot read input after line (\d+)") as err:
+        for number, _ in open_lines(unit):
+            read.append(number)
+    assert f"after line {read[-1]}:" in str(err.value)
