@@ -253,13 +253,11 @@ class NanosetBuilder:
         if len(dtypes) > 1:
             listing = ", ".join(f"{t.path_prefix}: {t.dtype}" for t in self.tokens)
             raise ValueError(f"the token datasets of a blend must share one dtype, got {listing}")
-
-    def _identity(self, tokens: IndexedTokens) -> dict[str, str]:
-        st = tokens.storage
-        return {
-            tokens.bin_url: st.stat(tokens.bin_name).identity,
-            tokens.idx_url: st.stat(tokens.idx_name).identity,
-        }
+        # the token files' identities (size, mtime, ETag) key the cached indices: read once (HEADs on S3)
+        self.identities = [
+            {t.bin_url: t.storage.stat(t.bin_name).identity, t.idx_url: t.storage.stat(t.idx_name).identity}
+            for t in self.tokens
+        ]
 
     def build(self, num_samples: Sequence[int | None]) -> list[Nanoset | BlendedNanoset | None]:
         """One dataset per split (None for splits with zero weight); `num_samples[i]` samples for split i
@@ -330,7 +328,7 @@ class NanosetBuilder:
             }
 
         arrays = obtain(
-            self.cache, digest(settings), self._identity(tokens), settings, build, cfg.allow_rebuild_on_change
+            self.cache, digest(settings), self.identities[d], settings, build, cfg.allow_rebuild_on_change
         )
         epochs, separate = arrays["epochs"].tolist()
         indices = GPTIndices(
@@ -340,9 +338,7 @@ class NanosetBuilder:
 
     def _blend(self, parts: list[Nanoset], weights: np.ndarray, size: int, split: int) -> BlendedNanoset:
         cfg = self.config
-        files: dict[str, str] = {}
-        for t in self.tokens:
-            files.update(self._identity(t))
+        files = {url: ident for identity in self.identities for url, ident in identity.items()}
         settings = {
             "kind": "blend",
             "version": INDEX_VERSION,

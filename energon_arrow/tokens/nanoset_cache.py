@@ -10,7 +10,6 @@ identities means a token file changed after its indices were built: that is an e
 
 from __future__ import annotations
 
-import functools
 import glob
 import hashlib
 import json
@@ -141,7 +140,8 @@ def obtain(
         return local if local is not None else build_and_store()
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    group = _cpu_group(dist, dist.group.WORLD)
+    # gloo for the objects and arrays (under NCCL, a gloo group; torch destroys it with the default group)
+    group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
     local = cache.load(name)
     gathered: list = [None] * world  # (index key, has it cached) of every rank
     dist.all_gather_object(gathered, (name, local is not None), group=group)
@@ -172,13 +172,6 @@ def obtain(
     if rank != 0:
         cache.store(name, received, desc)
     return received
-
-
-@functools.lru_cache(maxsize=4)
-def _cpu_group(dist, world):
-    """A gloo group over the ranks of the default group `world` (None when that is gloo already): created once,
-    collectively, by the first Nanoset index every rank obtains, and reused by the later ones."""
-    return None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
 
 def _broadcast_arrays(dist, group, arrays: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
