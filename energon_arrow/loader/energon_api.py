@@ -16,8 +16,9 @@ from typing import Any
 from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.filestore import open_file_store
-from energon_arrow.loader.loader import Loader, distributed_rank_world
+from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.metadataset import is_metadataset, read_metadataset, subset_bounds
+from energon_arrow.loader.ranks import distributed_rank_world
 from energon_arrow.loader.source import SplitSource, open_split
 from energon_arrow.samples.cookers import Cooker, stateless
 from energon_arrow.samples.decoders import PartDecoder

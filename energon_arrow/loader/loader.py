@@ -22,16 +22,6 @@ from energon_arrow.loader.transfer import iter_to_device
 STATE_VERSION = 1
 
 
-def distributed_rank_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
-    """Rank and world size: given values, else the initialised torch.distributed process group, else (0, 1)."""
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return (rank or 0), (world_size or 1)
-
-
 def _as_is(item):
     """DataLoader's convert step, disabled: batches arrive exactly as the workers built them."""
     return item

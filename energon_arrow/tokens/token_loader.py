@@ -16,16 +16,6 @@ from collections.abc import Iterator
 import numpy as np
 
 
-def _data_parallel(rank: int | None, size: int | None) -> tuple[int, int]:
-    if rank is not None and size is not None:
-        return rank, size
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return (dist.get_rank() if rank is None else rank), (dist.get_world_size() if size is None else size)
-    return (0 if rank is None else rank), (1 if size is None else size)
-
-
 class NanosetLoader:
     """Iterate micro batches (dicts of tensors, see `Nanoset.get_batch`) of this data-parallel rank."""
 
@@ -42,7 +32,9 @@ class NanosetLoader:
     ):
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be positive, got {micro_batch_size}")
-        rank, size = _data_parallel(data_parallel_rank, data_parallel_size)
+        from energon_arrow.loader.ranks import distributed_rank_world
+
+        rank, size = distributed_rank_world(data_parallel_rank, data_parallel_size)
         if not 0 <= rank < size:
             raise ValueError(f"data-parallel rank {rank} outside [0, {size})")
         if consumed_samples < 0 or consumed_samples > len(dataset):
