@@ -105,14 +105,6 @@ def stream_windows(storage, rel: str, window: int, depth: int = 2):
     sequential stream fetching `depth` windows ahead; close the generator to stop early."""
     with storage.open_stream(rel, block_size=window, depth=depth) as stream:
         offset = 0
-        while True:
-            parts, have = [], 0
-            while have < window and (chunk := stream.read(window - have)):
-                parts.append(chunk)
-                have += len(chunk)
-            if not have:
-                return
-            yield offset, np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), np.uint8)
-            offset += have
-            if have < window:
-                return
+        while chunk := stream.read(window):  # `window` bytes, fewer only at the end (a whole block: no copy)
+            yield offset, np.frombuffer(chunk, np.uint8)
+            offset += len(chunk)
