@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from benchmarks.harness import Comparison, alternate, carried_rows
+from benchmarks.harness import Comparison, alternate, carried_rows, selected_parts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEQ = 2048
@@ -218,10 +218,7 @@ def _carried(loading: bool) -> list[Comparison]:
 
 
 def run(args) -> list[Comparison]:
-    parts = set(os.environ.get("NANOSET_BENCH_PARTS", "build,loading").split(","))
-    unknown = parts - {"build", "loading"}
-    if unknown:
-        raise ValueError(f"NANOSET_BENCH_PARTS: unknown part(s) {sorted(unknown)}; use build and/or loading")
+    parts = selected_parts("NANOSET_BENCH_PARTS", ("build", "loading"))
     prefix = make_data(args.quick)
     repeats = 1 if args.quick else args.repeats
     if "build" in parts:

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 
-from benchmarks.harness import Comparison, alternate, carried_rows
+from benchmarks.harness import Comparison, alternate, carried_rows, selected_parts
 from energon_arrow.adapters import open_storage
 from energon_arrow.testing.reference import energon_command
 from energon_arrow.testing.synthetic import write_webdataset
@@ -121,10 +121,7 @@ def _s3(args) -> Comparison:
 def run(args) -> list[Comparison]:
     """`BENCH_PREPARE_PARTS=local,s3` selects the parts (default both); `BENCH_PREPARE_SHARDS=N` the shard
     count of the full-size data (default 64)."""
-    parts = os.environ.get("BENCH_PREPARE_PARTS", "local,s3").split(",")
-    unknown = sorted(set(parts) - {"local", "s3"})
-    if unknown:
-        raise SystemExit(f"BENCH_PREPARE_PARTS: unknown part(s) {unknown}; use local and/or s3")
+    parts = selected_parts("BENCH_PREPARE_PARTS", ("local", "s3"))
     out = [run_part(args) for name, run_part in (("local", _local), ("s3", _s3)) if name in parts]
     ran = {c.name for c in out}
     return out + carried_rows("prepare", lambda name: name not in ran)  # the parts not run now

@@ -112,6 +112,15 @@ def write_results(name: str, comparisons: list[Comparison], extra: dict | None =
     return path
 
 
+def selected_parts(variable: str, parts: tuple[str, ...]) -> set[str]:
+    """The parts of a benchmark named in the environment variable `variable` (comma-separated; default: all)."""
+    chosen = set(os.environ.get(variable, ",".join(parts)).split(","))
+    unknown = sorted(chosen - set(parts))
+    if unknown:
+        raise SystemExit(f"{variable}: unknown part(s) {unknown}; use {' and/or '.join(parts)}")
+    return chosen
+
+
 def carried_rows(name: str, keep: Callable[[str], bool]) -> list[Comparison]:
     """The rows of the previous `results/<name>.json` whose comparison name satisfies `keep`, marked with
     `carried_from` (when they were measured): a benchmark that ran only some of its parts keeps the others."""
