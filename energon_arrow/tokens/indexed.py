@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -158,17 +157,10 @@ class IndexedTokens:
             return np.frombuffer(storage.read_bytes(self.idx_name), np.uint8)
         info = storage.stat(self.idx_name)
         key = hashlib.sha256(f"{self.idx_url}\n{info.identity}".encode()).hexdigest()[:24]
-        path = os.path.join(os.fspath(idx_cache_dir), f"{key}-{self.idx_name}")
-        if not os.path.exists(path):
-            data = storage.read_bytes(self.idx_name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        if os.path.getsize(path) == 0:
-            return np.zeros(0, np.uint8)
-        return np.asarray(np.memmap(path, np.uint8, mode="r"))
+        cache, name = open_storage(os.fspath(idx_cache_dir)), f"{key}-{self.idx_name}"
+        if not cache.exists(name):
+            cache.write_atomic(name, storage.read_bytes(self.idx_name))
+        return np.asarray(cache.mmap(name))
 
     def __getstate__(self):
         return {"path_prefix": self.path_prefix, "options": self._options, "settings": self._settings}
