@@ -51,9 +51,9 @@ def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, v
     fields: dict[str, list] = {}
     cache: dict[str, list] = {}
     for name, refs in fm.fields.items():
-        ref = next((r for r in refs if r.part in src.parts), None)
-        if len(refs) != 1 or ref is None or ref.path:
+        if len(refs) != 1 or refs[0].path or refs[0].part not in src.parts:
             raise _Fallback
+        ref = refs[0]
         if ref.part not in cache:
             off, size = src.parts[ref.part]
             offs, sizes = off[rows], size[rows]

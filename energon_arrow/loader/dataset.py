@@ -25,8 +25,6 @@ from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
 
-RELEASE_EVERY = 1  # batches between drops of a worker's touched index pages (see SplitSource.release_pages)
-
 
 @dataclass
 class LoaderSettings:
@@ -100,7 +98,6 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.layouts = [BlockLayout(src.shard_id, settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)
         self.start_batch = 0
-        self.num_workers = 1
 
     # ---- plan --------------------------------------------------------------------------------------------
     def total_batches(self) -> int | None:
@@ -158,7 +155,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 yield b
                 b += n
 
-        skipped = done = 0
+        skipped = 0
         readers = [SampleReader(src) for src in self.sources]
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
@@ -179,10 +176,9 @@ class BatchDataset(torch.utils.data.IterableDataset):
                     continue
                 views = fut.result() if fut is not None else self._fetch(plan, readers)
                 batch, skipped = self.assembler.batch(b, plan, views, skipped)
-                done += 1
-                if done % RELEASE_EVERY == 0:
-                    for src in self.sources:
-                        src.release_pages()
+                # after each batch: drop the index pages it touched (a bounded resident set)
+                for src in self.sources:
+                    src.release_pages()
                 if batch is not None:
                     yield b, skipped, batch
         finally:

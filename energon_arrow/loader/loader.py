@@ -71,7 +71,6 @@ class Loader:
                 if "fork" in torch.multiprocessing.get_all_start_methods()
                 else None,
             )
-        if self.num_workers > 0:
             gc.freeze()  # forked workers: the collector must not touch (and so copy) the parent's objects
         dl = torch.utils.data.DataLoader(self.dataset, batch_size=None, collate_fn=_as_is, **kwargs)
         expected = self.next_batch
