@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.members import split_sample
+from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.samples.decoders import PartDecoder
 
 
@@ -63,8 +64,7 @@ class PartStore(_FileStoreBase):
         self._size = np.concatenate([parts["content_size"].to_numpy(), samples["byte_size"].to_numpy()])
         self._n_parts = len(parts)
         self._lookup: dict[str, int] | None = None
-        self._fds: dict[int, int] = {}
-        self._pid = os.getpid()
+        self._files = ShardFiles()
 
     def __len__(self) -> int:
         return self._n_parts
@@ -80,15 +80,10 @@ class PartStore(_FileStoreBase):
             raise LoaderError(f"{self.storage.url}: no part or sample named {key!r}")
         return row
 
-    def _read(self, shard: str, sid: int, offset: int, size: int) -> bytes:
+    def _read(self, shard: str, offset: int, size: int) -> bytes:
         if not self.storage.is_local:
             return self.storage.read_range(shard, offset, size)
-        if self._pid != os.getpid():  # forked: descriptors are shared with the parent, open our own
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(sid)
-        if fd is None:
-            fd = self._fds[sid] = os.open(self.storage.local_path(shard), os.O_RDONLY)
-        data = os.pread(fd, size, offset)
+        data = os.pread(self._files.fd(self.storage.local_path(shard)), size, offset)
         if len(data) != size:
             raise LoaderError(f"{self.storage.url_of(shard)}: short read at byte {offset} (stale index?)")
         return data
@@ -98,7 +93,7 @@ class PartStore(_FileStoreBase):
         sid = int(self._shard[row])
         shard = self.shard_paths[sid]
         offset, size = int(self._offset[row]), int(self._size[row])
-        data = self._read(shard, sid, offset, size)
+        data = self._read(shard, offset, size)
         source = (self.storage.url, shard, offset, key)
         if row < self._n_parts:
             return self._decode(key, data), source
@@ -106,13 +101,12 @@ class PartStore(_FileStoreBase):
         return {p: self._decode(p, bytes(v)) for p, v in parts.items()}, source
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
+        self._files.close()
 
     def __del__(self):
-        if getattr(self, "_pid", None) == os.getpid():
-            self.close()
+        files = getattr(self, "_files", None)  # None: __init__ failed
+        if files is not None:
+            files.close()
 
 
 class FolderStore(_FileStoreBase):

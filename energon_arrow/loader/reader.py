@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from energon_arrow.loader.errors import StaleIndexError
+from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.loader.source import SplitSource
 
 MAX_GAP = 64 * 1024  # bytes of unneeded data worth reading to merge two runs
@@ -21,26 +22,14 @@ class SampleReader:
     def __init__(self, src: SplitSource, max_fds: int = 128):
         self.src = src
         self.local = src.storage.is_local
-        self.max_fds = max_fds
-        self._fds: dict[int, int] = {}
-        self._pid = os.getpid()
+        self._files = ShardFiles(max_fds)
 
     def _fd(self, shard: int) -> int:
-        if self._pid != os.getpid():  # forked into a worker: open our own descriptors
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(shard)
-        if fd is None:
-            if len(self._fds) >= self.max_fds:
-                os.close(self._fds.pop(next(iter(self._fds))))
-            path = self.src.storage.local_path(self.src.shard_paths[shard])
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError as exc:
-                raise StaleIndexError(
-                    f"{path}: cannot open shard listed in the index: {exc.strerror}"
-                ) from None
-            self._fds[shard] = fd
-        return fd
+        path = self.src.storage.local_path(self.src.shard_paths[shard])
+        try:
+            return self._files.fd(path)
+        except OSError as exc:
+            raise StaleIndexError(f"{path}: cannot open shard listed in the index: {exc.strerror}") from None
 
     def read(self, rows: np.ndarray) -> list[memoryview]:
         """The bytes of each row's sample, in `rows` order."""
@@ -49,6 +38,8 @@ class SampleReader:
         if not self.local:
             rels = [src.shard_paths[s] for s in shard.tolist()]
             return src.storage.read_ranges(rels, offset, size)
+        # one pass over all shards of the batch (a loop over shards with adapters.ranges per shard measured 2-3x
+        # slower for batches drawn from a few blocks)
         order = np.lexsort((offset, shard))
         s_shard, s_off = shard[order], offset[order]
         s_end = s_off + size[order]
@@ -75,7 +66,4 @@ class SampleReader:
         return out  # type: ignore[return-value]
 
     def close(self) -> None:
-        if self._pid == os.getpid():
-            for fd in self._fds.values():
-                os.close(fd)
-        self._fds = {}
+        self._files.close()

@@ -1,0 +1,31 @@
+"""Open read-only descriptors of local shard files, per process (a forked worker opens its own), at most
+`max_fds` at a time (the oldest is closed first)."""
+
+from __future__ import annotations
+
+import os
+
+
+class ShardFiles:
+    def __init__(self, max_fds: int = 128):
+        self.max_fds = max_fds
+        self._fds: dict[str, int] = {}
+        self._pid = os.getpid()
+
+    def fd(self, path: str) -> int:
+        """The descriptor of `path` (OSError when it cannot be opened)."""
+        if self._pid != os.getpid():  # forked: the parent's descriptors share its file offsets; open our own
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.get(path)
+        if fd is None:
+            if len(self._fds) >= self.max_fds:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            fd = self._fds[path] = os.open(path, os.O_RDONLY)
+        return fd
+
+    def close(self) -> None:
+        """Close this process's descriptors (those inherited from a parent are left to it)."""
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                os.close(fd)
+        self._fds = {}
