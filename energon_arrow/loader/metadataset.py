@@ -11,10 +11,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-import yaml
-
 from energon_arrow.adapters import open_storage
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.meta import MetaError, parse_yaml
 
 _ENTRY_KEYS = {"path", "split_part", "subflavors", "subset", "aux", "weight", "repetitions"}
 
@@ -43,7 +42,10 @@ def is_metadataset(path: str) -> bool:
 def _join(base: str, rel: str) -> str:
     if "://" in rel or rel.startswith("/"):
         return rel
-    return posixpath.normpath(posixpath.join(base, rel)) if "://" not in base else f"{base.rstrip('/')}/{rel}"
+    if "://" not in base:
+        return posixpath.normpath(posixpath.join(base, rel))
+    scheme, _, rest = base.partition("://")
+    return f"{scheme}://{posixpath.normpath(posixpath.join(rest, rel))}"
 
 
 def _entry(raw: dict, base: str, where: str, split: str) -> MetadatasetEntry:
@@ -55,7 +57,7 @@ def _entry(raw: dict, base: str, where: str, split: str) -> MetadatasetEntry:
             f"{where}: split {split!r}: unsupported entry keys {unknown} (supported: {sorted(_ENTRY_KEYS)})"
         )
     path = _join(base, str(raw["path"]))
-    if path.endswith((".yaml", ".yml")):
+    if is_metadataset(path):
         raise LoaderError(
             f"{where}: nested metadataset {raw['path']!r} is not supported; list its datasets here"
         )
@@ -89,9 +91,9 @@ def read_metadataset(path: str, split: str, storage_options: dict | None = None)
     storage = open_storage(base or ".", storage_options)
     where = storage.url_of(name)
     try:
-        doc = yaml.safe_load(storage.read_text(name))
-    except yaml.YAMLError as exc:
-        raise LoaderError(f"{where}: invalid YAML: {exc}") from None
+        doc = parse_yaml(storage.read_text(name), where)
+    except MetaError as exc:  # names the line and column
+        raise LoaderError(str(exc)) from None
     if not isinstance(doc, dict) or doc.get("__class__") != "MetadatasetV2":
         raise LoaderError(
             f"{where}: expected __class__: MetadatasetV2 (got {doc.get('__class__') if isinstance(doc, dict) else doc!r})"

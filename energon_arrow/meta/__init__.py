@@ -20,6 +20,7 @@ Storage-taking functions accept an `energon_arrow.adapters.Storage` rooted at th
 `MetaError` (a ValueError) naming the file and, for YAML/JSON syntax errors, the line.
 """
 
+from energon_arrow.meta._yaml import parse_yaml
 from energon_arrow.meta.braces import collapse_names, expand_braces
 from energon_arrow.meta.constants import (
     DATASET_YAML,
@@ -78,6 +79,7 @@ __all__ = [
     "DatasetInfo",
     "DatasetYaml",
     "MetaError",
+    "parse_yaml",
     "SplitConfig",
     "check_field_map",
     "check_sample_type",

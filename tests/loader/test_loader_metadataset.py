@@ -125,3 +125,21 @@ def test_subset_keeps_everything_but_the_rows():
         sub.byte_offset.tolist() == [10, 20] and sub.keys.to_pylist() == ["b", "c"] and sub.name == "ds[1:3]"
     )
     assert (sub.aux, sub._key_maps, sub.shard_paths) == ({"x": 1}, ["map"], ["a.tar"])
+
+
+def test_relative_paths_are_normalised_under_urls_too():
+    from energon_arrow.loader.metadataset import _join
+
+    assert _join("s3://b/meta", "../data/ds") == "s3://b/data/ds"
+    assert _join("/x/meta", "../data/ds") == "/x/data/ds"
+    assert _join("s3://b/meta", "s3://c/ds") == "s3://c/ds"
+
+
+def test_invalid_metadataset_yaml_names_the_line(tmp_path):
+    from energon_arrow.loader.errors import LoaderError
+    from energon_arrow.loader.metadataset import read_metadataset
+
+    path = tmp_path / "m.yaml"
+    path.write_text("__class__: MetadatasetV2\nsplits:\n  train: [\n")
+    with pytest.raises(LoaderError, match=r"m\.yaml: line \d+, column \d+: invalid YAML"):
+        read_metadataset(str(path), "train")
