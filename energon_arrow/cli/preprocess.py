@@ -8,7 +8,6 @@ import time
 import click
 
 from energon_arrow.cli.common import storage_options
-from energon_arrow.cli.main import CliError
 
 
 class _Progress:
@@ -121,9 +120,8 @@ def command(
     storage_options,
 ):
     """Tokenize JSONL documents into Megatron-Core token datasets (one per JSON key)."""
-    from energon_arrow.tokens.jsonl import BadLineError
     from energon_arrow.tokens.preprocess import PreprocessOptions, preprocess
-    from energon_arrow.tokens.text_tokenizers import TokenizerError, TokenizerSpec
+    from energon_arrow.tokens.text_tokenizers import TokenizerSpec
 
     opts = PreprocessOptions(
         tokenizer=TokenizerSpec(tokenizer_spec, eod_token, special_tokens),
@@ -137,10 +135,8 @@ def command(
         storage_options=storage_options,
     )
     progress = _Progress(enabled=not (as_json or quiet))
-    try:
+    try:  # errors (bad lines, tokenizer) become one line in main, with the traceback under --debug
         summary = preprocess(list(inputs), output_prefix, opts, progress)
-    except (BadLineError, TokenizerError) as exc:
-        raise CliError(str(exc)) from None
     finally:
         progress.stop()
     if as_json:
