@@ -33,6 +33,15 @@ _SLICE_MIN_AVG = 4096  # mean piece length (tokens) from which per-piece slice c
 _ROW = 64  # pieces of at least this many tokens are gathered as strided rows of this width
 
 
+def wrap_indices(ks: np.ndarray, n: int, describe) -> np.ndarray:
+    """Indices `ks` (int64) into `n` items with negative ones counted from the end; IndexError with
+    `describe(bad_index)` for any outside [-n, n)."""
+    outside = (ks < -n) | (ks >= n)
+    if outside.any():
+        raise IndexError(describe(int(ks[outside][0])))
+    return np.where(ks < 0, ks + n, ks)
+
+
 def prefix_of(text: str) -> str:
     """The dataset prefix named by `text`: `PREFIX`, `PREFIX.idx` or `PREFIX.bin`."""
     return text[: -len(".idx")] if text.endswith((".idx", ".bin")) else text
@@ -257,10 +266,9 @@ class IndexedTokens:
         in order as one 1-D array of `dtype`, written into `out` (at least sum(lengths) long) when given."""
         ids = np.asarray(seq_ids, dtype=np.int64).reshape(-1)
         n = len(self)
-        if ids.size and ((ids < -n).any() or (ids >= n).any()):
-            bad = ids[(ids < -n) | (ids >= n)][0]
-            raise IndexError(f"sequence index {bad} out of range for {n} sequences in {self.idx_url}")
-        ids = np.where(ids < 0, ids + n, ids)
+        ids = wrap_indices(
+            ids, n, lambda bad: f"sequence index {bad} out of range for {n} sequences in {self.idx_url}"
+        )
         seq_len = self.sequence_lengths[ids].astype(np.int64)
         offs = np.zeros(ids.size, np.int64) if offsets is None else _broadcast(offsets, ids.size, "offsets")
         lens = seq_len - offs if lengths is None else _broadcast(lengths, ids.size, "lengths")

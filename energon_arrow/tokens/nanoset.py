@@ -35,7 +35,7 @@ from energon_arrow.tokens.gpt_samples import (
     sample_pieces,
     shared_row,
 )
-from energon_arrow.tokens.indexed import IndexedTokens
+from energon_arrow.tokens.indexed import IndexedTokens, wrap_indices
 from energon_arrow.tokens.nanoset_cache import IndexCache, digest, obtain
 
 INDEX_VERSION = 1
@@ -122,10 +122,7 @@ class Nanoset:
 
     def _check(self, ks: np.ndarray) -> np.ndarray:
         n = len(self)
-        if ks.size and ((ks < -n).any() or (ks >= n).any()):
-            bad = int(ks[(ks < -n) | (ks >= n)][0])
-            raise IndexError(f"sample {bad} out of range for {n} samples of {self!r}")
-        return np.where(ks < 0, ks + n, ks)
+        return wrap_indices(ks, n, lambda bad: f"sample {bad} out of range for {n} samples of {self!r}")
 
     def text(self, ks) -> np.ndarray:
         """`[B, L + extra]` int64 token rows of samples `ks`, gathered with one vectorised read."""
@@ -188,9 +185,7 @@ class BlendedNanoset:
         """(`[B, L + extra]` token rows, dataset ids) with one vectorised read per contributing dataset."""
         ks = np.asarray(ks, dtype=np.int64).reshape(-1)
         n = len(self)
-        if ks.size and ((ks < -n).any() or (ks >= n).any()):
-            raise IndexError(f"sample {int(ks[(ks < -n) | (ks >= n)][0])} out of range for {n} samples")
-        ks = np.where(ks < 0, ks + n, ks)
+        ks = wrap_indices(ks, n, lambda bad: f"sample {bad} out of range for {n} samples of {self!r}")
         which = self.dataset_index[ks].astype(np.int64)
         inner = self.dataset_sample_index[ks]
         width = self.datasets[0].config.sequence_length + self.datasets[0]._extra
