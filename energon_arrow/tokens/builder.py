@@ -163,9 +163,7 @@ class TokenWriter:
                 self._mode_buf.extend(modes)
             self._len_buf.extend(lengths)
             count = len(lengths)
-        if n:
-            self._bin.write(arr.data)
-            self._tokens += n
+        self._write_tokens(arr)
         self._sequences += count
         self._doc_end = self._sequences
         self._end_buf.append(self._sequences)

@@ -84,6 +84,13 @@ def separate_final_epoch(
     return from_final < int(0.80 * per_epoch)
 
 
+def _lengths_of(sizes: np.ndarray, documents: np.ndarray | range) -> np.ndarray:
+    """The lengths of `documents` (a view for a contiguous range, else a gather)."""
+    if isinstance(documents, range) and documents.step == 1:
+        return sizes[documents.start : documents.stop]
+    return np.take(sizes, np.asarray(documents))
+
+
 def document_index(
     sizes: np.ndarray, documents: np.ndarray | range, epochs: int, rs: RandomState, separate_final: bool
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -93,10 +100,9 @@ def document_index(
     with its length, so the lengths come without a random gather and every swap touches one cache line."""
     if isinstance(documents, range) and documents.step == 1:
         docs = np.arange(documents.start, documents.stop, dtype=np.int32)
-        lengths = sizes[documents.start : documents.stop]
     else:
         docs = np.asarray(documents, dtype=np.int32)
-        lengths = np.take(sizes, docs)
+    lengths = _lengths_of(sizes, documents)
     pairs = np.empty((epochs * docs.size, 2), dtype=np.int32)
     for e in range(epochs):
         pairs[e * docs.size : (e + 1) * docs.size, 0] = docs
@@ -209,10 +215,7 @@ def build_gpt_indices(
     """The three indices of one split (`documents`: its sequence ids, a range for a contiguous split) exactly as
     GPTDataset builds them."""
     extra = 1 if add_extra_token else 0
-    if isinstance(documents, range) and documents.step == 1:
-        tokens_per_epoch = int(np.sum(sizes[documents.start : documents.stop], dtype=np.int64))
-    else:
-        tokens_per_epoch = int(np.sum(np.take(sizes, np.asarray(documents)), dtype=np.int64))
+    tokens_per_epoch = int(np.sum(_lengths_of(sizes, documents), dtype=np.int64))
     if tokens_per_epoch - extra < sequence_length:
         raise ValueError(
             f"the split holds {tokens_per_epoch} tokens, too few for one sample of sequence length "
