@@ -148,9 +148,17 @@ class PerSampleTE(RawTE):
         return sample
 
 
-def test_columnar_and_per_sample_paths_agree(prepared_root):
+def test_columnar_and_per_sample_paths_agree(prepared_root, monkeypatch):
+    from energon_arrow.loader import assemble
+
+    built = []  # batches the columnar path finished (it may hand a batch to the per-sample path)
+    columnar = assemble.columnar_batch
+    monkeypatch.setattr(assemble, "columnar_batch", lambda *a: built.append(columnar(*a)) or built[-1])
     fast = _take(_loader(prepared_root, batch=6), 5)
+    columnar_batches = len(built)
+    assert columnar_batches >= 5  # workers=0: every batch of the fast loader went the columnar way
     slow = _take(_loader(prepared_root, batch=6, task_encoder=PerSampleTE()), 5)
+    assert len(built) == columnar_batches  # ... and none of the per-sample loader's
     for a, b in zip(fast, slow):
         assert a == b
 
