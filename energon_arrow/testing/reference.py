@@ -21,3 +21,16 @@ def energon_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise RuntimeError(f"energon {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
+
+
+def energon_prepare(
+    root: str, split_ratio: str = "3,1,0", sample_type: str = "CaptioningSample", field_map: str | None = None
+) -> None:
+    """`energon prepare ROOT` non-interactively with a ratio split and a field-map dataset.yaml (default:
+    CaptioningSample with image <- jpg, caption <- txt)."""
+    if field_map is None:
+        field_map = '{"image": "jpg", "caption": "txt"}'
+    energon_cli(
+        "prepare", root, "--non-interactive", "--split-ratio", split_ratio, "--no-progress",
+        "--sample-type", sample_type, "--field-map", field_map,
+    )  # fmt: skip

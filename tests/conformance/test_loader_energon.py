@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 import energon_arrow as ea
-from energon_arrow.testing.reference import energon_cli
+from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
 
 pytestmark = pytest.mark.conformance
@@ -20,18 +20,7 @@ energon = pytest.importorskip("megatron.energon")
 def root(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("conf") / "ds")
     write_webdataset(path, shards=4, samples_per_shard=30, image_bytes=100)
-    energon_cli(
-        "prepare",
-        path,
-        "--non-interactive",
-        "--split-ratio",
-        "3,1,0",
-        "--no-progress",
-        "--sample-type",
-        "CaptioningSample",
-        "--field-map",
-        '{"image": "jpg", "caption": "txt"}',
-    )
+    energon_prepare(path)
     return path
 
 

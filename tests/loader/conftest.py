@@ -6,26 +6,10 @@ import shutil
 
 import pytest
 
-from energon_arrow.testing.reference import energon_cli
+from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
 
 SHARDS, PER_SHARD = 4, 40
-
-
-def energon_prepare(root: str, split_ratio: str = "3,1,0", extra: tuple = ()) -> None:
-    energon_cli(
-        "prepare",
-        root,
-        "--non-interactive",
-        "--split-ratio",
-        split_ratio,
-        "--no-progress",
-        "--sample-type",
-        "CaptioningSample",
-        "--field-map",
-        '{"image": "jpg", "caption": "txt"}',
-        *extra,
-    )
 
 
 def prepare(root: str, storage_options: dict | None = None, split_ratio: str = "3,1,0") -> None:

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from energon_arrow.testing.reference import energon_cli
+from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
 
 TEXT_DATASET_YAML = (
@@ -14,12 +14,9 @@ TEXT_DATASET_YAML = (
 )
 
 
-def energon_prepare(root: str, split_ratio: str = "3,1,0") -> None:
+def energon_prepare_text(root: str, split_ratio: str = "3,1,0") -> None:
     """Run `energon prepare` non-interactively and write a TextSample dataset.yaml (text <- txt)."""
-    energon_cli(
-        "prepare", root, "--non-interactive", "--split-ratio", split_ratio, "--sample-type", "TextSample",
-        "--field-map", '{"text": "txt"}', "--no-progress",
-    )  # fmt: skip
+    energon_prepare(root, split_ratio, "TextSample", '{"text": "txt"}')
     with open(f"{root}/.nv-meta/dataset.yaml", "w") as f:
         f.write(TEXT_DATASET_YAML)
 
@@ -28,7 +25,7 @@ def make_energon_dataset(
     root: str, shards: int = 4, samples: int = 12, seed: int = 0, split_ratio="3,1,0", image_bytes: int = 48
 ):
     write_webdataset(root, shards=shards, samples_per_shard=samples, image_bytes=image_bytes, seed=seed)
-    energon_prepare(root, split_ratio)
+    energon_prepare_text(root, split_ratio)
     return root
 
 
