@@ -54,3 +54,16 @@ def dataset_copy(prepared_root, tmp_path):
 def write_dataset_yaml(root: str, text: str) -> None:
     with open(f"{root}/.nv-meta/dataset.yaml", "w") as f:
         f.write(text)
+
+
+def first_batch(root, te=None, workers=0, **kw):
+    """The first batch of `get_train_dataset(root, batch_size=4, ...)` through `get_loader`."""
+    import energon_arrow as ea
+
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    ds = ea.get_train_dataset(root, worker_config=wc, batch_size=4, task_encoder=te, **kw)
+    it = iter(ea.get_loader(ds))
+    try:
+        return next(it)
+    finally:
+        it.close()

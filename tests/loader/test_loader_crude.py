@@ -10,19 +10,9 @@ import pytest
 import energon_arrow as ea
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.testing.synthetic import write_webdataset
-from tests.loader.conftest import prepare, write_dataset_yaml
+from tests.loader.conftest import first_batch, prepare, write_dataset_yaml
 
 CRUDE_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors: {kind: crude}\n"
-
-
-def _first(path, te, **kw):
-    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=kw.pop("workers", 0))
-    ds = ea.get_train_dataset(path, worker_config=wc, batch_size=4, task_encoder=te, **kw)
-    it = iter(ea.get_loader(ds))
-    try:
-        return next(it)
-    finally:
-        it.close()
 
 
 def cook_text(sample):
@@ -51,7 +41,7 @@ class CrudeTE(ea.DefaultTaskEncoder):
 
 def test_cooker_chosen_by_subflavors(dataset_copy):
     write_dataset_yaml(dataset_copy, CRUDE_YAML)
-    batch = _first(dataset_copy, CrudeTE(), workers=1)
+    batch = first_batch(dataset_copy, CrudeTE(), workers=1)
     assert type(batch).__name__ == "TextSample"
     assert all(t.startswith("SAMPLE ") for t in batch.text)
     assert batch.__subflavors__[0] == {"kind": "crude"}
@@ -65,7 +55,7 @@ def test_crude_without_matching_cooker(dataset_copy):
         cookers = [ea.Cooker(cook_never, has_subflavors={"kind": "other"})]
 
     with pytest.raises(LoaderError, match="no cooker matches subflavors"):
-        _first(dataset_copy, TE())
+        first_batch(dataset_copy, TE())
 
 
 def test_aux_source_from_metadataset(dataset_copy, prepared_root, tmp_path):
@@ -89,7 +79,7 @@ def test_aux_source_from_metadataset(dataset_copy, prepared_root, tmp_path):
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
         f"    path: {os.path.relpath(dataset_copy, tmp_path)}\n    aux:\n      media: {prepared_root}\n"
     )
-    batch = _first(str(mds), TE())
+    batch = first_batch(str(mds), TE())
     assert all(c.startswith(b"sample ") for c in batch.caption)
 
     def cook_missing(sample, *, media):
@@ -100,7 +90,7 @@ def test_aux_source_from_metadataset(dataset_copy, prepared_root, tmp_path):
         cookers = [ea.Cooker(cook_missing)]
 
     with pytest.raises(LoaderError, match=r"no part or sample named '\d+_\d+\.png'"):
-        _first(str(mds), Missing())
+        first_batch(str(mds), Missing())
 
 
 SAMPLE_LOADER = """
@@ -126,7 +116,7 @@ def _with_sample_loader(root):
 
 def test_sample_loader_runs_for_local_datasets(dataset_copy):
     _with_sample_loader(dataset_copy)
-    batch = _first(dataset_copy, None)
+    batch = first_batch(dataset_copy, None)
     assert type(batch).__name__ == "TextSample" and all(t.endswith("!") for t in batch.text)
 
 
@@ -140,6 +130,6 @@ def test_remote_code_needs_trust(memory_root):
     with pytest.raises(
         LoaderError, match="remote code is not executed unless you pass trust_remote_code=True"
     ):
-        _first(url, None)
-    batch = _first(url, None, trust_remote_code=True)
+        first_batch(url, None)
+    batch = first_batch(url, None, trust_remote_code=True)
     assert all(t.endswith("!") for t in batch.text)

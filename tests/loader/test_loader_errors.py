@@ -8,25 +8,15 @@ import pytest
 
 import energon_arrow as ea
 from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded, LoaderError, MissingPartError
-from tests.loader.conftest import write_dataset_yaml
+from tests.loader.conftest import first_batch, write_dataset_yaml
 
 WC = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-
-
-def _first(root, te=None, workers=0, **kw):
-    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
-    ds = ea.get_train_dataset(root, worker_config=wc, batch_size=4, task_encoder=te, **kw)
-    it = iter(ea.get_loader(ds))
-    try:
-        return next(it)
-    finally:
-        it.close()
 
 
 def test_undecodable_part_names_shard_key_part(prepared_root):
     # the synthetic jpg parts are random bytes: Pillow cannot decode them
     with pytest.raises(DecodeError, match=r"shards/shard-00000\d\.tar: sample '\d+_\d+': part 'jpg'"):
-        _first(prepared_root)
+        first_batch(prepared_root)
 
 
 def _picky_decoder():
@@ -43,26 +33,20 @@ def _picky_decoder():
 
 def test_skip_errors_counts_and_budget(prepared_root):
     # one sample per shard fails (index 1); 3 train shards
-    with pytest.raises(ErrorBudgetExceeded, match="2 samples skipped, over the error budget of 1"):
-        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-        ds = ea.get_train_dataset(
+    def dataset(budget):
+        return ea.get_train_dataset(
             prepared_root,
-            worker_config=wc,
+            worker_config=WC,
             batch_size=4,
             task_encoder=_picky_decoder(),
             skip_errors=True,
-            error_budget=1,
+            error_budget=budget,
         )
-        for _ in ea.get_loader(ds):
+
+    with pytest.raises(ErrorBudgetExceeded, match="2 samples skipped, over the error budget of 1"):
+        for _ in ea.get_loader(dataset(1)):
             pass
-    ds = ea.get_train_dataset(
-        prepared_root,
-        worker_config=WC,
-        batch_size=4,
-        task_encoder=_picky_decoder(),
-        skip_errors=True,
-        error_budget=3,
-    )
+    ds = dataset(3)
     loader = ea.get_loader(ds)
     it = iter(loader)
     keys = [k for _ in range(30) for k in next(it).__key__]  # one epoch of 120 samples
@@ -73,7 +57,7 @@ def test_skip_errors_counts_and_budget(prepared_root):
 
 def test_worker_error_surfaces_instead_of_hanging(prepared_root):
     with pytest.raises(RuntimeError, match="part 'jpg' could not be decoded"):
-        _first(prepared_root, workers=2)
+        first_batch(prepared_root, workers=2)
 
 
 class Crash(ea.DefaultTaskEncoder):
@@ -85,7 +69,7 @@ class Crash(ea.DefaultTaskEncoder):
 
 def test_worker_that_dies_does_not_hang(prepared_root):
     with pytest.raises(RuntimeError, match="exited unexpectedly"):
-        _first(prepared_root, te=Crash(), workers=1)
+        first_batch(prepared_root, te=Crash(), workers=1)
 
 
 def test_unknown_sample_type(dataset_copy):
@@ -94,7 +78,7 @@ def test_unknown_sample_type(dataset_copy):
         "sample_type: {__module__: megatron.energon, __class__: FancySample}\nfield_map: {image: jpg}\n",
     )
     with pytest.raises(LoaderError, match=r"dataset.yaml: unknown sample type 'FancySample'"):
-        _first(dataset_copy)
+        first_batch(dataset_copy)
 
 
 def test_field_map_to_missing_part(dataset_copy):
@@ -106,7 +90,7 @@ def test_field_map_to_missing_part(dataset_copy):
     with pytest.raises(
         MissingPartError, match=r"field 'image' maps to part 'png,webp', but the sample has only"
     ):
-        _first(dataset_copy, te=RawTE())
+        first_batch(dataset_copy, te=RawTE())
 
 
 def test_field_map_unknown_field(dataset_copy):
@@ -116,7 +100,7 @@ def test_field_map_unknown_field(dataset_copy):
         "field_map: {image: jpg, caption: txt, colour: json}\n",
     )
     with pytest.raises(LoaderError, match=r"fields \['colour'\] that CaptioningSample does not have"):
-        _first(dataset_copy)
+        first_batch(dataset_copy)
 
 
 class RawTE(ea.DefaultTaskEncoder):
@@ -128,12 +112,12 @@ def test_stale_shard_is_named(dataset_copy):
     with open(shard, "r+b") as f:
         f.truncate(os.path.getsize(shard) - 1024)
     with pytest.raises(Exception, match=r"shard-000001\.tar"):
-        _first(dataset_copy, te=RawTE())
+        first_batch(dataset_copy, te=RawTE())
 
 
 def test_not_prepared(tmp_path):
     with pytest.raises(Exception, match="not prepared"):
-        _first(str(tmp_path))
+        first_batch(str(tmp_path))
 
 
 def test_shard_truncated_after_opening_is_named_while_reading(dataset_copy):
