@@ -121,8 +121,15 @@ def _init_worker(q) -> None:
 
 
 def _run_units(units: list[WorkUnit], opts, dtype, part_dir, progress: ProgressFn) -> list[dict]:
-    if opts.workers == 1 or len(units) == 1:
-        return [_process_unit(u, k, opts, dtype, part_dir, progress) for k, u in enumerate(units)]
+    if opts.workers == 1 or len(units) == 1:  # in order, up to --max-documents (later units are not read)
+        results, left = [], opts.max_documents
+        for k, u in enumerate(units):
+            if left is not None and left <= 0 and results:
+                break
+            results.append(_process_unit(u, k, opts, dtype, part_dir, progress))
+            if left is not None:
+                left -= results[-1]["documents"]
+        return results
     # fork where the platform has it: workers start in milliseconds and scripts need no __main__ guard
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
@@ -133,9 +140,15 @@ def _run_units(units: list[WorkUnit], opts, dtype, part_dir, progress: ProgressF
             while pending:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
                 _drain(q, progress)
+                # --max-documents reached: the later units are not needed (nor are their errors)
+                enough = _units_for(futures, opts.max_documents)
+                if enough is not None:
+                    for f in futures[enough:]:
+                        f.cancel()
+                    return [f.result() for f in futures[:enough]]
                 failed = [k for k, f in enumerate(futures) if f.done() and f.exception() is not None]
                 if failed:
-                    _raise_first_failure(futures, failed[0])
+                    _raise_first_failure(futures, failed[0], opts.max_documents)
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -144,11 +157,29 @@ def _run_units(units: list[WorkUnit], opts, dtype, part_dir, progress: ProgressF
         return [f.result() for f in futures]
 
 
-def _raise_first_failure(futures, first: int) -> None:
-    """Report the failure of the earliest unit in input order, whichever worker failed first in time."""
+def _units_for(futures, max_documents: int | None) -> int | None:
+    """How many leading units hold `max_documents` documents, once they are all done without error (None
+    otherwise, or without a limit)."""
+    if max_documents is None:
+        return None
+    total = 0
+    for k, f in enumerate(futures):
+        if not f.done() or f.exception() is not None:
+            return None
+        total += f.result()["documents"]
+        if total >= max_documents:
+            return k + 1
+    return None
+
+
+def _raise_first_failure(futures, first: int, max_documents: int | None) -> None:
+    """Report the failure of the earliest unit in input order, whichever worker failed first in time (unless
+    the units before it already hold `max_documents` documents: then the caller returns them)."""
     for f in futures[first + 1 :]:
         f.cancel()
     wait(futures[:first])
+    if _units_for(futures[:first], max_documents) is not None:
+        return
     for f in futures[: first + 1]:
         if f.exception() is not None:
             raise f.exception()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -234,3 +235,13 @@ def test_a_truncated_gzip_input_names_the_file_and_the_last_good_line(tmp_path):
         for number, _ in open_lines(unit):
             read.append(number)
     assert f"after line {read[-1]}:" in str(err.value)
+
+
+def test_max_documents_stops_reading_further_inputs(tmp_path):
+    files = [write_jsonl(tmp_path / f"f{i}.jsonl", make_docs(30, seed=i)) for i in range(3)]
+    (tmp_path / "f3.jsonl").write_text("not json\n")  # never read: the first files hold enough documents
+    files.append(str(tmp_path / "f3.jsonl"))
+    for workers in (1, 3):
+        s = preprocess(files, str(tmp_path / f"m{workers}"), opts(max_documents=40, workers=workers))
+        assert s["documents"] == 40
+        assert s["input_bytes"] < sum(os.path.getsize(f) for f in files[:3]), workers
