@@ -146,6 +146,8 @@ def classify(exc: BaseException, url: str) -> StorageError:
         return exc
     code, status = _error_code(exc)
     detail = _describe(exc)
+    if code and code not in detail:  # s3fs's translated errors drop the S3 error code
+        detail += f" (S3 error {code}{f', HTTP {status}' if status else ''})"
     names = {type(e).__name__ for e in _chain(exc)}
     if names & {"NoCredentialsError", "PartialCredentialsError"}:
         return AccessDenied(url, f"no usable S3 credentials ({detail})")
