@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import ssl
 
 
 class StorageError(OSError):
@@ -153,6 +154,14 @@ def classify(exc: BaseException, url: str) -> StorageError:
         return AccessDenied(url, f"no usable S3 credentials ({detail})")
     if names & {"ProfileNotFound", "InvalidConfigError", "ParamValidationError"}:
         return InvalidStorageOptions(url, detail)
+    if any(
+        isinstance(e, ssl.SSLCertVerificationError) or "CertificateError" in type(e).__name__
+        for e in _chain(exc)
+    ):
+        return StorageError(
+            url,
+            f"TLS certificate check failed ({detail}); give the CA bundle (AWS_CA_BUNDLE, client_kwargs.verify)",
+        )
     # the HTTP status decides first; the error code only refines a 4xx (or a response without a status)
     if is_transient_status(status):
         return TransientError(url, f"transient storage error ({detail})")

@@ -65,7 +65,10 @@ os.register_at_fork(after_in_child=lambda: globals().update(_CLIENTS_LOCK=thread
 def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:
     """The direct client for these s3fs options (one per process and options, shared by every Storage), or None
     where only s3fs can serve them."""
-    cache_key = (os.getpid(), json.dumps(options, sort_keys=True, default=str))  # in memory only
+    # in memory only; the AWS and proxy environment (CA bundle, profile, config files...) are part of the key
+    aws_env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    settings = [options, aws_env, urllib.request.getproxies_environment()]
+    cache_key = (os.getpid(), json.dumps(settings, sort_keys=True, default=str))
     with _CLIENTS_LOCK:
         if cache_key in _CLIENTS:
             return _CLIENTS[cache_key]

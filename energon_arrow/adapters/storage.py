@@ -114,7 +114,8 @@ class Storage:
         if self._fs is None or self._fs_pid != pid:
             options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
             try:
-                fs = self._fs_class()(skip_instance_cache=self._fs_pid is not None, **options)
+                fresh = bool(options.pop("skip_instance_cache", False)) or self._fs_pid is not None
+                fs = self._fs_class()(skip_instance_cache=fresh, **options)
             except StorageError:
                 raise
             except Exception as exc:
