@@ -70,6 +70,22 @@ def test_plain_http_goes_through_the_proxy_of_the_environment(
 
 
 @PATHS
+def test_proxy_credentials_and_botocore_proxies_config(proxy, s3_server, s3_object, direct):
+    bucket, key, data = s3_object
+    with_auth = proxy.url.replace("http://", "http://user:p%40ss@")
+    proxy.requests.clear()
+    options = {
+        "endpoint_url": s3_server.endpoint_url,
+        **KEYS,
+        "config_kwargs": {"proxies": {"http": with_auth}},
+    }
+    store, name = opened(bucket, key, direct, options)
+    assert store.read_range(name, 0, 10) == data[:10]
+    gets = [r for r in proxy.requests if r["method"] == "GET"]
+    assert gets and gets[0]["headers"]["Proxy-Authorization"] == "Basic dXNlcjpwQHNz"  # user:p@ss
+
+
+@PATHS
 def test_no_proxy_bypasses_the_proxy(monkeypatch, proxy, s3_server, s3_object, direct):
     bucket, key, data = s3_object
     monkeypatch.setenv("HTTP_PROXY", proxy.url)
@@ -118,14 +134,14 @@ def test_https_is_tunnelled_through_the_proxy(monkeypatch, proxy, tls_front, s3_
     assert [r["target"] for r in proxy.requests] == [f"127.0.0.1:{tls_front.port}"]  # one CONNECT, kept alive
 
 
-def test_the_direct_client_follows_a_region_redirect(proxy, s3_object):
+@PATHS
+def test_a_region_redirect_is_followed(proxy, s3_object, direct):
     bucket, key, data = s3_object
     proxy.bucket_region = "eu-test-1"
     try:
         proxy.requests.clear()
-        store, name = opened(
-            bucket, key, True, {"endpoint_url": proxy.url, **KEYS, "region_name": "us-east-1"}
-        )
+        options = {"endpoint_url": proxy.url, **KEYS, "region_name": "us-east-1"}
+        store, name = opened(bucket, key, direct, options)
         assert store.read_range(name, 0, 10) == data[:10]
         assert store.read_range(name, 10, 10) == data[10:20]  # the bucket's region is remembered
         regions = [
