@@ -227,7 +227,7 @@ class DirectRangeClient:
             return exchange(route)
         except (S3HttpError, _WrongRegion, BodyChecksumMismatch):
             raise
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+        except (http.client.RemoteDisconnected, BrokenPipeError):
             self._drop_connection(route)
             if not reused:
                 raise

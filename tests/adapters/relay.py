@@ -123,7 +123,8 @@ class Relay:
 
     def queue(self, *actions) -> None:
         """Actions for the next requests, in order: ("answer", status, code), ("truncate",), ("stall", seconds),
-        ("corrupt",) (flips a byte and announces the original body's CRC32), ("call", fn) (runs fn, then answers
+        ("corrupt",) (flips a byte and announces the original body's CRC32), ("corrupt_request",) (flips a
+        byte of the request body), ("call", fn) (runs fn, then answers
         503 SlowDown)."""
         with self._lock:
             self.actions.extend(actions)
@@ -152,6 +153,8 @@ class Relay:
                 self.actions.popleft()
         self._record(h, action[0] if action else "relayed")
         body = h.rfile.read(int(h.headers.get("Content-Length") or 0)) or None
+        if action and action[0] == "corrupt_request" and body:
+            body = bytes([body[0] ^ 0xFF]) + body[1:]
         if action and action[0] == "answer":
             return _answer(h, action[1], [("Content-Type", "application/xml")], _error_xml(action[2]))
         if action and action[0] == "call":

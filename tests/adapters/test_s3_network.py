@@ -115,6 +115,20 @@ def test_tls_with_a_private_ca_from_aws_ca_bundle(monkeypatch, tls_front, s3_obj
         assert puts and "Content-MD5" in puts[0]["headers"]  # PUTs over TLS carry a payload checksum
 
 
+def test_a_put_damaged_in_transit_is_refused_and_sent_again(monkeypatch, tls_front, s3_object):
+    bucket, key, _ = s3_object
+    monkeypatch.setenv("AWS_CA_BUNDLE", tls_front.ca_file)
+    store, _ = opened(bucket, key, True, {"endpoint_url": tls_front.url, **KEYS})
+    tls_front.requests.clear()
+    tls_front.queue(("corrupt_request",))  # one byte flipped on the way: the Content-MD5 no longer matches
+    store.write_atomic("damaged.bin", b"exactly these bytes")
+    assert [r["outcome"] for r in tls_front.requests if r["method"] == "PUT"] == [
+        "corrupt_request",
+        "relayed",
+    ]
+    assert store.read_bytes("damaged.bin") == b"exactly these bytes"
+
+
 @PATHS
 def test_verify_false_skips_the_certificate_check(tls_front, s3_object, direct):
     bucket, key, data = s3_object
