@@ -52,6 +52,7 @@ def opened(url_root, key, direct, options):
     # a fresh s3fs instance: fsspec would otherwise hand back one made under other environment settings
     store = open_storage(f"s3://{url_root}/{folder}", {**options, "skip_instance_cache": True}, retry=FAST)
     store.use_direct_reads = direct
+    assert (store._direct is not None) == direct  # the path under test is the one taken
     return store, name
 
 

@@ -38,6 +38,7 @@ def through(relay, bucket, key, direct, **options):
     options = {"endpoint_url": relay.url, "key": ACCESS_KEY, "secret": SECRET_KEY, **options}
     store = open_storage(f"s3://{bucket}/{folder}", options, retry=FAST)
     store.use_direct_reads = direct
+    assert (store._direct is not None) == direct  # the path under test is the one taken
     relay.requests.clear()
     return store, name
 
