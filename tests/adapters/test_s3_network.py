@@ -253,3 +253,24 @@ def test_the_direct_client_steps_aside_for_settings_it_lacks(caplog, s3_server):
     assert store._direct is None
     assert "requester_pays" in caplog.text and "through s3fs" in caplog.text
     assert open_storage("s3://ea-tests/x", s3_server.storage_options)._direct is not None
+
+
+@pytest.mark.parametrize(
+    "options, reason",
+    [
+        ({"requester_pays": True}, "requester_pays"),
+        ({"config_kwargs": {"signature_version": "s3"}}, "signature_version"),
+        ({"config_kwargs": {"proxies": {"https": "https://proxy:3129"}}}, "TLS to the proxy"),
+        ({"config_kwargs": {"s3": {"use_accelerate_endpoint": True}}}, "use_accelerate_endpoint"),
+        ({"client_kwargs": {"config": None}}, "client_kwargs ['config']"),
+        ({"endpoint_url": None}, "no endpoint_url"),
+    ],
+)
+def test_settings_the_direct_client_lacks_are_named(monkeypatch, options, reason):
+    from energon_arrow.adapters.s3settings import unsupported_setting
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    merged = {"endpoint_url": "http://127.0.0.1:1", **options}
+    assert reason in unsupported_setting(merged, (merged.get("config_kwargs") or {}).get("s3") or {})
+    assert unsupported_setting({"endpoint_url": "http://127.0.0.1:1", "profile": "x"}, {}) is None
