@@ -149,11 +149,13 @@ def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
     verify = client_kwargs.get("verify")
     if verify is None:
         verify = session.get_config_variable("ca_bundle") or True
-    connector = Connector(
+    from s3fs import S3FileSystem
+
+    connector = Connector(  # s3fs's default timeouts, so that both paths give up on a stalled server alike
         verify=verify,
         proxies=config.get("proxies"),
-        connect_timeout=float(config.get("connect_timeout", 60)),
-        read_timeout=float(config.get("read_timeout", 60)),
+        connect_timeout=float(config.get("connect_timeout", S3FileSystem.connect_timeout)),
+        read_timeout=float(config.get("read_timeout", S3FileSystem.read_timeout)),
     )
     return DirectRangeClient(
         _endpoint(options),
