@@ -155,6 +155,8 @@ def _s3fs_get_many(fs, requests: list[tuple]) -> list:
     from fsspec.asyn import sync
 
     async def one(limit, path, start, end, etag):
+        if end <= start:
+            return b"", etag
         bucket, key = path.split("/", 1)
         kwargs = {"Range": f"bytes={start}-{end - 1}"}
         if etag:
