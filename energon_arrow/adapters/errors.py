@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import functools
+import ssl
 
 
 class StorageError(OSError):
@@ -40,42 +42,67 @@ class TransientError(StorageError):
     """A failure that may succeed when retried (connection reset, 500, 503 SlowDown)."""
 
 
+class ObjectChanged(StorageError):
+    """The object was replaced while it was being read (its ETag changed between two requests of one read)."""
+
+
 class NotLocal(StorageError, ValueError):
     """An operation that needs a local file (memory mapping) was asked of a remote one."""
 
 
 _TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT}
+# Error codes that mean "try again" even when the HTTP status alone does not say so (S3 answers RequestTimeout and
+# throttling with 400). botocore's own retry lists are added to these at first use (see _transient_codes).
 _TRANSIENT_CODES = {
-    "500",
-    "502",
-    "503",
-    "504",
     "SlowDown",
+    "SlowDownRead",
+    "SlowDownWrite",
     "InternalError",
+    "InternalServerError",
     "ServiceUnavailable",
     "RequestTimeout",
+    "BadDigest",  # a PUT body damaged in transit (its Content-MD5 did not match)
+    "BadGateway",
+    "TooManyRequests",
+    "Throttling",
+    "ThrottlingException",
 }
-_DENIED_CODES = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
-_MISSING_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
+_DENIED_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
+_MISSING_CODES = {"NoSuchKey", "NoSuchBucket", "NotFound"}
 
 
-def _error_code(exc: BaseException) -> str | None:
-    """The S3 error code of a botocore ClientError found anywhere in the exception chain."""
-    seen = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
+@functools.cache
+def _transient_codes() -> frozenset[str]:
+    """Our codes plus botocore's transient and throttling error codes (its standard retry mode), read from the
+    installed botocore so that new codes it learns are retried here too."""
+    codes = set(_TRANSIENT_CODES)
+    try:
+        from botocore.retries import standard
+    except ImportError:  # botocore comes with s3fs; without it only our own codes apply
+        return frozenset(codes)
+    for checker, attr in (
+        (standard.TransientRetryableChecker, "_TRANSIENT_ERROR_CODES"),
+        (standard.ThrottledRetryableChecker, "_THROTTLED_ERROR_CODES"),
+    ):
+        codes.update(getattr(checker, attr, ()))
+    return frozenset(codes)
+
+
+def is_transient_status(status: int | None) -> bool:
+    """HTTP statuses that are retried whatever the error code says: every 5xx and 429 Too Many Requests."""
+    return status is not None and (status >= 500 or status == 429)
+
+
+def _error_code(exc: BaseException) -> tuple[str | None, int | None]:
+    """(S3 error code, HTTP status) of a botocore-shaped error found anywhere in the exception chain."""
+    for cur in _chain(exc):
         response = getattr(cur, "response", None)
         if isinstance(response, dict):
-            err = response.get("Error", {})
-            code = err.get("Code")
-            if code:
-                return str(code)
+            code = response.get("Error", {}).get("Code")
             status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if status:
-                return str(status)
-        cur = cur.__cause__ or cur.__context__
-    return None
+            if code or status:
+                return (str(code) if code else None), (int(status) if status else None)
+    return None, None
 
 
 _NETWORK_ERRORS = {
@@ -91,6 +118,8 @@ _NETWORK_ERRORS = {
     "ResponseParserError",  # throttling responses with broken XML
     "TimeoutError",
     "FSTimeoutError",
+    "FlexibleChecksumError",  # botocore: the body does not match the checksum the server sent
+    "BodyChecksumMismatch",  # the same, from the direct client (adapters.s3direct)
 }
 
 
@@ -116,18 +145,33 @@ def classify(exc: BaseException, url: str) -> StorageError:
     """Map any backend exception to a StorageError subclass that names `url` (already redacted)."""
     if isinstance(exc, StorageError):
         return exc
-    code = _error_code(exc)
+    code, status = _error_code(exc)
     detail = _describe(exc)
+    if code and code not in detail:  # s3fs's translated errors drop the S3 error code
+        detail += f" (S3 error {code}{f', HTTP {status}' if status else ''})"
     names = {type(e).__name__ for e in _chain(exc)}
     if names & {"NoCredentialsError", "PartialCredentialsError"}:
         return AccessDenied(url, f"no usable S3 credentials ({detail})")
     if names & {"ProfileNotFound", "InvalidConfigError", "ParamValidationError"}:
         return InvalidStorageOptions(url, detail)
-    if isinstance(exc, FileNotFoundError) or code in _MISSING_CODES:
+    if any(
+        isinstance(e, ssl.SSLCertVerificationError) or "CertificateError" in type(e).__name__
+        for e in _chain(exc)
+    ):
+        return StorageError(
+            url,
+            f"TLS certificate check failed ({detail}); give the CA bundle (AWS_CA_BUNDLE, client_kwargs.verify)",
+        )
+    # the HTTP status decides first; the error code only refines a 4xx (or a response without a status)
+    if is_transient_status(status):
+        return TransientError(url, f"transient storage error ({detail})")
+    if isinstance(exc, FileNotFoundError) or status == 404 or code in _MISSING_CODES:
         return NotFound(url, f"not found ({detail})")
-    if isinstance(exc, PermissionError) or code in _DENIED_CODES:
+    if isinstance(exc, PermissionError) or status == 403 or code in _DENIED_CODES:
         return AccessDenied(url, f"permission denied ({detail})")
-    if code in _TRANSIENT_CODES or _is_transient_network(exc):
+    if status == 412 or code == "PreconditionFailed":
+        return ObjectChanged(url, f"the object changed while it was being read ({detail}); read it again")
+    if (code is not None and code in _transient_codes()) or _is_transient_network(exc):
         return TransientError(url, f"transient storage error ({detail})")
     if isinstance(exc, IsADirectoryError):
         return StorageError(url, f"is a directory ({detail})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_arrow.adapters.errors import StorageError, TransientError, classify
+from energon_arrow.adapters.errors import ObjectChanged, StorageError, TransientError, classify
 from energon_arrow.adapters.ranges import coalesce_ranges, split_fetched
 
 
@@ -47,15 +48,17 @@ def read_ranges(storage, rels: str | Sequence[str], offsets, sizes) -> list[memo
     return out
 
 
-def fetch_groups(storage, rels: list[str], starts, ends) -> list:
+def fetch_groups(storage, rels: list[str], starts, ends, pins: dict[str, str] | None = None) -> list:
     """Fetch [starts[i], ends[i]) of rels[i] for every i: remote ones concurrently, retrying transient
-    failures of individual fetches per the policy; every fetch must come back whole."""
+    failures of individual fetches per the policy; every fetch must come back whole. `pins` (path -> ETag,
+    filled in as responses arrive) keeps several calls on one version of each object, e.g. the blocks of a
+    stream; without it, one call's ranges are kept on one version."""
     starts = np.asarray(starts, np.int64)
     ends = np.asarray(ends, np.int64)
     if storage.is_local:
         results = _pread_many(storage, rels, starts.tolist(), ends.tolist())
     else:
-        results = _fetch_remote(storage, rels, starts.tolist(), ends.tolist())
+        results = _fetch_remote(storage, rels, starts.tolist(), ends.tolist(), {} if pins is None else pins)
     for i, data in enumerate(results):
         want = int(ends[i] - starts[i])
         if len(data) != want:
@@ -86,25 +89,31 @@ def _pread_many(storage, rels: list[str], starts: list[int], ends: list[int]) ->
     return results
 
 
-def _fetch_remote(storage, rels: list[str], starts: list[int], ends: list[int]) -> list:
+def _fetch_remote(storage, rels: list[str], starts: list[int], ends: list[int], pins: dict) -> list:
+    """GET every range, retrying the failed ones. All ranges of one path come from one version of the object:
+    the first ETag seen for a path (or the one already in `pins`) is sent as If-Match by every later request."""
     paths = [storage.path_of(r) for r in rels]
     direct = storage._direct
+    if direct is not None:
+        get_many = functools.partial(_direct_get_many, direct)
+    elif storage.protocol == "s3":
+        get_many = functools.partial(_s3fs_get_many, storage.fs)
+    else:
+        get_many = functools.partial(_fsspec_get_many, storage.fs)
     results: list[Any] = [None] * len(rels)
     pending = list(range(len(rels)))
     for attempt in range(storage.retry.attempts):
-        if direct is not None:
-            got = direct.get_many([(*paths[i].split("/", 1), starts[i], ends[i]) for i in pending])
-        else:
-            got = storage.fs.cat_ranges(
-                [paths[i] for i in pending],
-                [starts[i] for i in pending],
-                [ends[i] for i in pending],
-                on_error="return",
-            )
+        got = get_many([(paths[i], starts[i], ends[i], pins.get(rels[i])) for i in pending])
         failed = []
         for i, value in zip(pending, got):
             if not isinstance(value, BaseException):
-                results[i] = value
+                results[i], etag = value
+                if etag and pins.setdefault(rels[i], etag) != etag:  # unpinned requests that saw two versions
+                    raise ObjectChanged(
+                        storage.url_of(rels[i]),
+                        f"the object changed while it was being read (ETag {pins[rels[i]]}, then {etag}); "
+                        "read it again",
+                    )
                 continue
             err = classify(value, storage.url_of(rels[i]))
             if not isinstance(err, TransientError):
@@ -119,3 +128,54 @@ def _fetch_remote(storage, rels: list[str], starts: list[int], ends: list[int]) 
         pending = failed
         time.sleep(storage.retry.delay(attempt))
     return results
+
+
+# Each *_get_many takes (path, start, end, ETag or None) requests and gives, for each, (bytes, ETag or None) or
+# the exception of that request.
+
+
+def _direct_get_many(client, requests: list[tuple]) -> list:
+    return client.get_many([(*path.split("/", 1), start, end, etag) for path, start, end, etag in requests])
+
+
+def _fsspec_get_many(fs, requests: list[tuple]) -> list:
+    """Ranges from another fsspec store (memory://, ...): no ETags, so nothing is pinned."""
+    paths, starts, ends, _ = zip(*requests)
+    got = fs.cat_ranges(list(paths), list(starts), list(ends), on_error="return")
+    return [g if isinstance(g, BaseException) else (g, None) for g in got]
+
+
+_S3FS_CONCURRENCY = 64  # GETs in flight at once through s3fs's event loop
+
+
+def _s3fs_get_many(fs, requests: list[tuple]) -> list:
+    """Through s3fs's botocore client: cat_ranges can neither send If-Match nor tell the ETag of what it read."""
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    async def one(limit, path, start, end, etag):
+        if end <= start:
+            return b"", etag
+        bucket, key = path.split("/", 1)
+        kwargs = {"Range": f"bytes={start}-{end - 1}"}
+        if etag:
+            kwargs["IfMatch"] = f'"{etag}"'
+        async with limit:
+            try:
+                resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kwargs)
+            except OSError as exc:
+                if getattr(exc.__cause__, "response", {}).get("Error", {}).get("Code") == "InvalidRange":
+                    return b"", etag  # the range starts at or beyond the end: an empty read
+                raise
+            try:
+                data = await resp["Body"].read()
+            finally:
+                resp["Body"].close()
+        return data, (resp.get("ETag") or "").strip('"') or None
+
+    async def run():
+        limit = asyncio.Semaphore(_S3FS_CONCURRENCY)
+        return await asyncio.gather(*(one(limit, *r) for r in requests), return_exceptions=True)
+
+    return sync(fs.loop, run)

@@ -182,11 +182,19 @@ def normalise_s3_options(options: Mapping[str, Any], url: str) -> dict[str, Any]
     config = dict(out.get("config_kwargs") or {})
     config.setdefault("retries", {"total_max_attempts": 1})
     out["config_kwargs"] = config
-    allowed = _accepted_kwargs(s3fs.S3FileSystem)
+    allowed = _accepted_kwargs(s3fs.S3FileSystem) | _session_kwargs()
     unknown = sorted(set(out) - allowed)
     if unknown:
         raise InvalidStorageOptions(url, f"unknown S3 storage option(s) {unknown}; known: {sorted(allowed)}")
     return out
+
+
+def _session_kwargs() -> set[str]:
+    """What s3fs passes on from its **kwargs to the botocore session it creates (`profile`, `session_vars`...)."""
+    from aiobotocore.session import AioSession
+
+    params = inspect.signature(AioSession.__init__).parameters.values()
+    return {p.name for p in params if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
 
 def check_options_known(cls, options: Mapping[str, Any], url: str) -> None:

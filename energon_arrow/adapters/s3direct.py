@@ -4,46 +4,36 @@ standard library.
 s3fs/aiobotocore spend about 2 ms of CPU per request (event hooks, signing, response parsing); on a few cores
 that, not the network, caps how many small ranges per second one process can fetch (or how many small files,
 such as one `.tar.idx` per shard, it can write). This client does two things: `GET bucket/key` with a `Range`
-header and `PUT bucket/key` of a bytes object, on a pool of threads that each keep their own connection. It is
-used when the endpoint is explicit (S3-compatible servers, or AWS via `endpoint_url`); everything else goes
-through s3fs.
+header and `PUT bucket/key` of a bytes object, on a pool of threads that each keep their own connections. It is
+used when the endpoint is explicit (S3-compatible servers, or AWS via `endpoint_url`) and the options hold only
+settings it implements (adapters.s3settings); everything else goes through s3fs.
+
+What it checks: every body has the length the server announced (a short one is a transient error), ranges
+start where asked, whole-object bodies match the checksum the server sends (`x-amz-checksum-crc32`, `-sha1`,
+`-sha256` or `Content-MD5`), and a GET given the ETag of an earlier response (`get(..., etag=...)`) sends
+`If-Match` and refuses a different version. PUTs over TLS carry `Content-MD5` (over plain HTTP the signed
+SHA-256 of the payload protects them). A bucket in another region (301/400 naming `x-amz-bucket-region`) is
+asked again, once, signed for that region.
 """
 
 from __future__ import annotations
 
-import datetime
+import base64
+import functools
 import hashlib
-import hmac
 import http.client
-import json
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 from urllib.parse import quote, urlsplit
 
-_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-_FILE_BLOCK = 1 << 20  # file bodies are hashed and sent in blocks of this size
-# options the direct client understands; any other option (config_kwargs, requester_pays, SSE keys...) means
-# the request needs s3fs's full client
-_SIMPLE_OPTIONS = {
-    "endpoint_url",
-    "key",
-    "secret",
-    "token",
-    "profile",
-    "anon",
-    "client_kwargs",
-    "config_kwargs",
-    "use_ssl",
-    "skip_instance_cache",
-    "use_listings_cache",
-    "listings_expiry_time",
-    "max_paths",
-}
-_SIMPLE_CLIENT_KWARGS = {"region_name", "endpoint_url", "verify"}
+from energon_arrow.adapters.httpconn import BLOCK, Connector, Route
+from energon_arrow.adapters.sigv4 import EMPTY_SHA256, SigV4Signer
+
+_DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 
 
 class S3HttpError(OSError):
@@ -55,108 +45,100 @@ class S3HttpError(OSError):
         self.response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
 
 
+class BodyChecksumMismatch(OSError):
+    """A body that does not match the checksum its response carried (damaged in transit: retried)."""
+
+
+class _WrongRegion(Exception):
+    """A 301/307/400 answer naming the bucket's region; `error` is what it means if that is our region."""
+
+    def __init__(self, region: str, error: S3HttpError):
+        self.region, self.error = region, error
+
+
 class DirectRangeClient:
-    """GET byte ranges of S3 objects. Not picklable on purpose: each process builds its own from options."""
+    """GET byte ranges of S3 objects and PUT whole ones. Not picklable on purpose: each process builds its own
+    from options (adapters.s3settings.direct_client_for)."""
 
     def __init__(
         self,
         endpoint: str,
         region: str,
         credentials,
-        verify: bool | str = True,
+        connector: Connector | None = None,
+        addressing_style: str = "path",
         workers: int = 32,
-        connect_timeout: float = 60.0,
-        read_timeout: float = 60.0,
     ):
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"endpoint must be http(s)://host[:port], got {endpoint!r}")
-        self._https = parts.scheme == "https"
+        if addressing_style not in ("path", "virtual", "auto"):
+            raise ValueError(
+                f"addressing_style must be 'path', 'virtual' or 'auto', got {addressing_style!r}"
+            )
+        self._scheme = parts.scheme
         self._host = parts.hostname
-        self._port = parts.port or (443 if self._https else 80)
-        default_port = self._port == (443 if self._https else 80)
-        self._host_header = self._host if default_port else f"{self._host}:{self._port}"
+        self._port = parts.port or (443 if self._scheme == "https" else 80)
+        self._default_port = self._port == (443 if self._scheme == "https" else 80)
         self._base = parts.path.rstrip("/")
+        self._virtual = addressing_style == "virtual"  # "auto" with an explicit endpoint is path style
         self._region = region
-        self._credentials = credentials  # botocore Credentials (refreshable) or None for anonymous
-        self._verify = verify
-        self._timeouts = (connect_timeout, read_timeout)
+        self._bucket_regions: dict[str, str] = {}  # learnt from redirects
+        self._signer = SigV4Signer(credentials)
+        self._connector = connector or Connector()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ea-s3get")
-        self._signing_keys: dict[tuple[str, str], bytes] = {}
 
     # ---- public -------------------------------------------------------------------------------------------
     def get(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
         """Bytes [start, end) of s3://bucket/key (fewer if the object is shorter); end=None: the whole object."""
+        return self.get_pinned(bucket, key, start, end)[0]
+
+    def get_pinned(
+        self, bucket: str, key: str, start: int = 0, end: int | None = None, etag: str | None = None
+    ) -> tuple[bytes, str | None]:
+        """`get` plus the ETag (without quotes) of the object read. With `etag`, only that version is read
+        (If-Match): another one is an S3HttpError 412."""
         if end is not None and end <= start:
-            return b""
-        path = self._path(bucket, key)
-        headers = {"Host": self._host_header}
+            return b"", etag
+        headers = {}
         if end is not None:
             headers["Range"] = f"bytes={start}-{end - 1}"
-        self._sign("GET", path, headers)
-        return self._on_connection(lambda conn: self._exchange(conn, path, headers, start, end))
+        else:
+            headers["x-amz-checksum-mode"] = "ENABLED"  # ask for the stored checksum of the whole object
+        if etag is not None:
+            headers["If-Match"] = f'"{etag}"'
+        return self._send("GET", bucket, key, headers, None, EMPTY_SHA256, _GetReader(start, end, etag))
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
-        """Write s3://bucket/key as one PUT (the object appears whole or not at all). The payload is signed by
-        its SHA-256 over plain HTTP and sent as UNSIGNED-PAYLOAD over TLS, as botocore does."""
-        path = self._path(bucket, key)
-        headers = {"Host": self._host_header, "Content-Length": str(len(data))}
-        payload = "UNSIGNED-PAYLOAD" if self._https else hashlib.sha256(data).hexdigest()
-        self._sign("PUT", path, headers, payload)
-        self._on_connection(lambda conn: self._put_exchange(conn, path, headers, data))
+        """Write s3://bucket/key as one PUT (the object appears whole or not at all). Over plain HTTP the payload
+        is signed by its SHA-256; over TLS it is sent as UNSIGNED-PAYLOAD with a Content-MD5, as botocore does."""
+        headers = {"Content-Length": str(len(data))}
+        if self._scheme == "https":
+            headers["Content-MD5"] = base64.b64encode(hashlib.md5(data).digest()).decode()
+            payload = "UNSIGNED-PAYLOAD"
+        else:
+            payload = hashlib.sha256(data).hexdigest()
+        self._send("PUT", bucket, key, headers, data, payload, _read_put)
 
     def put_file(self, bucket: str, key: str, local: str) -> None:
-        """`put` of a local file, streamed from disk (memory stays bounded; hashed in a first pass where signed)."""
-        path = self._path(bucket, key)
+        """`put` of a local file, streamed from disk (memory stays bounded; hashed in a first pass)."""
         with open(local, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if self._https:
+            digest = hashlib.md5() if self._scheme == "https" else hashlib.sha256()
+            while chunk := f.read(BLOCK):
+                digest.update(chunk)
+            headers = {"Content-Length": str(os.fstat(f.fileno()).st_size)}
+            if self._scheme == "https":
+                headers["Content-MD5"] = base64.b64encode(digest.digest()).decode()
                 payload = "UNSIGNED-PAYLOAD"
             else:
-                digest = hashlib.sha256()
-                while chunk := f.read(_FILE_BLOCK):
-                    digest.update(chunk)
                 payload = digest.hexdigest()
-            headers = {"Host": self._host_header, "Content-Length": str(size)}
-            self._sign("PUT", path, headers, payload)
+            self._send("PUT", bucket, key, headers, f, payload, _read_put)
 
-            def exchange(conn):
-                f.seek(0)
-                self._put_exchange(conn, path, headers, f)
-
-            self._on_connection(exchange)
-
-    def _path(self, bucket: str, key: str) -> str:
-        return f"{self._base}/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
-
-    def _on_connection(self, exchange):
-        """`exchange(conn)` on this thread's keep-alive connection; when the server had closed that connection
-        while it was idle, one immediate try on a fresh one (GET and PUT are idempotent)."""
-        conn, reused = self._connection()
-        try:
-            return exchange(conn)
-        except S3HttpError:
-            raise
-        except (http.client.RemoteDisconnected, BrokenPipeError):
-            self._drop_connection()
-            if not reused:
-                raise
-        except (http.client.HTTPException, OSError):
-            self._drop_connection()
-            raise
-        conn, _ = self._connection()
-        try:
-            return exchange(conn)
-        except S3HttpError:
-            raise
-        except BaseException:
-            self._drop_connection()
-            raise
-
-    def get_many(self, requests: Sequence[tuple[str, str, int, int]]) -> list[bytes | BaseException]:
-        """Many GETs concurrently; each result is the bytes or the exception of that request."""
-        return self._each(self.get, requests)
+    def get_many(self, requests: Sequence[tuple]) -> list:
+        """Many `get_pinned(bucket, key, start, end, etag)` concurrently; each result is (bytes, etag) or the
+        exception of that request."""
+        return self._each(self.get_pinned, requests)
 
     def put_many(self, requests: Sequence[tuple[str, str, bytes]]) -> list[BaseException | None]:
         """Many PUTs (bucket, key, data) concurrently; each result is None or the exception of that request."""
@@ -175,154 +157,161 @@ class DirectRangeClient:
             return [one(requests[0])]
         return list(self._pool.map(one, requests))
 
-    # ---- HTTP ---------------------------------------------------------------------------------------------
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn, True
-        if self._https:
-            import ssl
+    # ---- requests -----------------------------------------------------------------------------------------
+    def _address(self, bucket: str, key: str) -> tuple[str, str]:
+        """(host, path) of an object: virtual-hosted where asked and the bucket name allows it, else path style."""
+        quoted_key = quote(key, safe="/~")
+        if self._virtual and _DNS_BUCKET.match(bucket) and not (self._scheme == "https" and "." in bucket):
+            return f"{bucket}.{self._host}", f"{self._base}/{quoted_key}"
+        return self._host, f"{self._base}/{quote(bucket, safe='')}/{quoted_key}"
 
-            ctx = ssl.create_default_context(cafile=self._verify if isinstance(self._verify, str) else None)
-            if self._verify is False:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._timeouts[0], context=ctx, blocksize=_FILE_BLOCK
+    def _send(self, method: str, bucket: str, key: str, headers: dict, body, payload: str, reader):
+        """Sign and send one request and hand the response to `reader(resp)`; a wrong-region answer is followed
+        once, signed for the region it names (remembered for the bucket)."""
+        host, path = self._address(bucket, key)
+        host_header = host if self._default_port else f"{host}:{self._port}"
+        for _ in range(2):
+            region = self._bucket_regions.get(bucket, self._region)
+            signed = {"Host": host_header, **headers}
+            self._signer.sign(method, path, signed, region, payload)
+            try:
+                return self._on_connection(
+                    host,
+                    functools.partial(
+                        self._exchange, method=method, path=path, headers=signed, body=body, reader=reader
+                    ),
+                )
+            except _WrongRegion as exc:
+                wrong = exc
+            if wrong.region == region:
+                break
+            self._bucket_regions[bucket] = wrong.region
+        error = wrong.error
+        if error.status != 400:
+            error = S3HttpError(
+                error.status,
+                error.response["Error"]["Code"],
+                f"the bucket {bucket!r} is in region {wrong.region!r} and was redirected there too: set "
+                "endpoint_url to the bucket's regional endpoint",
             )
-        else:
-            conn = http.client.HTTPConnection(
-                self._host, self._port, timeout=self._timeouts[0], blocksize=_FILE_BLOCK
-            )
-        conn.connect()
-        conn.sock.settimeout(self._timeouts[1])
-        self._local.conn = conn
-        return conn, False
+        raise error
 
-    def _drop_connection(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
-
-    def _exchange(self, conn, path: str, headers: Mapping[str, str], start: int, end: int | None) -> bytes:
-        conn.request("GET", path, headers=headers)
-        resp = conn.getresponse()
-        if resp.status not in (200, 206):
-            body = resp.read()
-            if resp.status == 416:  # range starts at or beyond the end: an empty read, like s3fs
-                return b""
-            raise S3HttpError(resp.status, *_error_code_message(resp.status, body))
-        data = resp.read()  # one pass into a new bytes object (Content-Length known): no extra copy
-        if resp.will_close:
-            self._drop_connection()
-        if resp.status == 200 and end is not None:  # the server ignored Range and sent the whole object
-            return data[start:end]
-        return data
-
-    def _put_exchange(self, conn, path: str, headers: Mapping[str, str], data) -> None:
-        conn.request("PUT", path, body=data, headers=headers)
-        resp = conn.getresponse()
-        body = resp.read()
-        if resp.will_close:
-            self._drop_connection()
-        if resp.status not in (200, 201, 204):
-            raise S3HttpError(resp.status, *_error_code_message(resp.status, body))
-
-    # ---- SigV4 --------------------------------------------------------------------------------------------
-    def _sign(self, method: str, path: str, headers: dict[str, str], payload: str = _EMPTY_SHA256) -> None:
-        if self._credentials is None:
-            return
-        creds = self._credentials.get_frozen_credentials()
-        now = datetime.datetime.now(datetime.timezone.utc)
-        amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-        day = amz_date[:8]
-        headers["x-amz-date"] = amz_date
-        headers["x-amz-content-sha256"] = payload
-        if creds.token:
-            headers["x-amz-security-token"] = creds.token
-        names = sorted(h.lower() for h in headers)
-        lower = {k.lower(): " ".join(str(v).split()) for k, v in headers.items()}
-        canonical_headers = "".join(f"{n}:{lower[n]}\n" for n in names)
-        signed = ";".join(names)
-        canonical = f"{method}\n{path}\n\n{canonical_headers}\n{signed}\n{payload}"
-        scope = f"{day}/{self._region}/s3/aws4_request"
-        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(self._signing_key(creds.secret_key, day), to_sign.encode(), hashlib.sha256)
-        headers["Authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, SignedHeaders={signed}, "
-            f"Signature={signature.hexdigest()}"
+    def _exchange(self, route: Route, method: str, path: str, headers: dict, body, reader):
+        if hasattr(body, "seek"):
+            body.seek(0)
+        route.conn.request(
+            method, route.target_prefix + path, body=body, headers={**headers, **route.proxy_headers}
         )
+        resp = route.conn.getresponse()
+        try:
+            if resp.status >= 300 and resp.status != 416:
+                error = resp.read()
+                region = resp.getheader("x-amz-bucket-region") or _xml_field(error, "Region")
+                code, message = _xml_field(error, "Code") or str(resp.status), _xml_field(error, "Message")
+                if resp.status in (301, 307) and not region:
+                    message = f"{message} (the bucket is elsewhere: set region_name / endpoint_url)".lstrip()
+                failure = S3HttpError(resp.status, code, message)
+                if resp.status in (301, 307, 400) and region:
+                    raise _WrongRegion(region, failure)
+                raise failure
+            return reader(resp)
+        finally:
+            if resp.will_close:
+                self._drop_connection(route)
 
-    def _signing_key(self, secret: str, day: str) -> bytes:
-        cache_key = (hashlib.sha256(secret.encode()).hexdigest(), day)
-        key = self._signing_keys.get(cache_key)
-        if key is None:
-            key = f"AWS4{secret}".encode()
-            for part in (day, self._region, "s3", "aws4_request"):
-                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-            self._signing_keys = {cache_key: key}
-        return key
+    def _on_connection(self, host: str, exchange):
+        """`exchange(route)` on this thread's keep-alive connection to `host`; when the server had closed that
+        connection while it was idle, one immediate try on a fresh one (GET and PUT are idempotent)."""
+        route, reused = self._connection(host)
+        try:
+            return exchange(route)
+        except (S3HttpError, _WrongRegion, BodyChecksumMismatch):
+            raise
+        except (http.client.RemoteDisconnected, BrokenPipeError):
+            self._drop_connection(route)
+            if not reused:
+                raise
+        except BaseException:
+            self._drop_connection(route)
+            raise
+        route, _ = self._connection(host)
+        try:
+            return exchange(route)
+        except (S3HttpError, _WrongRegion, BodyChecksumMismatch):
+            raise
+        except BaseException:
+            self._drop_connection(route)
+            raise
+
+    def _connection(self, host: str) -> tuple[Route, bool]:
+        routes = getattr(self._local, "routes", None)
+        if routes is None:
+            routes = self._local.routes = {}
+        route = routes.get(host)
+        if route is not None:
+            return route, True
+        route = routes[host] = self._connector.connect(self._scheme, host, self._port)
+        return route, False
+
+    def _drop_connection(self, route: Route) -> None:
+        route.conn.close()
+        routes = getattr(self._local, "routes", {})
+        for host, r in list(routes.items()):
+            if r is route:
+                del routes[host]
 
 
-def _error_code_message(status: int, body: bytes) -> tuple[str, str]:
-    text = body[:4096].decode("utf-8", "replace")
-    code = re.search(r"<Code>([^<]*)</Code>", text)
-    message = re.search(r"<Message>([^<]*)</Message>", text)
-    return (code.group(1) if code else str(status)), (message.group(1) if message else "")
+class _GetReader:
+    """Reads a GET response and checks it (see the module docstring)."""
+
+    def __init__(self, start: int, end: int | None, etag: str | None):
+        self.start, self.end, self.etag = start, end, etag
+
+    def __call__(self, resp) -> tuple[bytes, str | None]:
+        etag = (resp.getheader("ETag") or "").strip('"') or None
+        if resp.status == 416:  # the range starts at or beyond the end: an empty read, like s3fs
+            resp.read()
+            return b"", etag or self.etag
+        if self.etag is not None and etag is not None and etag != self.etag:  # a server that ignored If-Match
+            resp.read()
+            raise S3HttpError(412, "PreconditionFailed", f"ETag is now {etag}, was {self.etag}")
+        data = resp.read()  # http.client raises IncompleteRead when fewer bytes than Content-Length arrive
+        if resp.status == 206:
+            got = re.match(r"bytes (\d+)-", resp.getheader("Content-Range") or "")
+            if got is None or int(got.group(1)) != self.start:
+                raise S3HttpError(
+                    502,
+                    "InvalidContentRange",
+                    f"asked for bytes from {self.start}, got {resp.getheader('Content-Range')!r}",
+                )
+            return data, etag
+        _verify_checksums(resp, data)
+        if self.end is not None:  # the server ignored Range and sent the whole object
+            return data[self.start : self.end], etag
+        return data, etag
 
 
-_CLIENTS: dict[tuple[int, str], DirectRangeClient | None] = {}
-_CLIENTS_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=lambda: globals().update(_CLIENTS_LOCK=threading.Lock()))
+def _read_put(resp) -> None:
+    resp.read()
 
 
-def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:
-    """The direct client for these s3fs options (one per process and options, shared by every Storage), or None
-    where only s3fs can serve them (no explicit endpoint, or options such as requester-pays or SSE-C)."""
-    cache_key = (os.getpid(), json.dumps(options, sort_keys=True, default=str))  # in memory only
-    with _CLIENTS_LOCK:
-        if cache_key in _CLIENTS:
-            return _CLIENTS[cache_key]
-    client = _build_client(options)
-    with _CLIENTS_LOCK:
-        return _CLIENTS.setdefault(cache_key, client)
+def _verify_checksums(resp, data: bytes) -> None:
+    """Compare a whole-object body with the full-object checksums its response carries (composite checksums of
+    multipart uploads, `...-N`, and algorithms the standard library lacks such as CRC32C are not checked)."""
+    checks = {
+        "x-amz-checksum-crc32": lambda: zlib.crc32(data).to_bytes(4, "big"),
+        "x-amz-checksum-sha1": lambda: hashlib.sha1(data).digest(),
+        "x-amz-checksum-sha256": lambda: hashlib.sha256(data).digest(),
+        "Content-MD5": lambda: hashlib.md5(data).digest(),
+    }
+    for header, compute in checks.items():
+        value = resp.getheader(header)
+        if not value or "-" in value:
+            continue
+        if base64.b64encode(compute()).decode() != value.strip():
+            raise BodyChecksumMismatch(f"the body of {len(data)} bytes does not match its {header} {value}")
 
 
-def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
-    client_kwargs = dict(options.get("client_kwargs") or {})
-    config = dict(options.get("config_kwargs") or {})
-    if set(options) - _SIMPLE_OPTIONS or set(client_kwargs) - _SIMPLE_CLIENT_KWARGS:
-        return None
-    if set(config) - {"retries", "connect_timeout", "read_timeout"}:
-        return None
-    endpoint = (
-        options.get("endpoint_url")
-        or client_kwargs.get("endpoint_url")
-        or os.environ.get("AWS_ENDPOINT_URL_S3")
-        or os.environ.get("AWS_ENDPOINT_URL")
-    )
-    if not endpoint:
-        return None
-    if options.get("use_ssl") is False and endpoint.startswith("https://"):
-        return None
-    credentials = None
-    import botocore.session
-
-    session = botocore.session.Session(profile=options.get("profile"))
-    if not options.get("anon"):
-        if options.get("key") and options.get("secret"):
-            from botocore.credentials import Credentials
-
-            credentials = Credentials(options["key"], options["secret"], options.get("token"))
-        else:
-            credentials = session.get_credentials()
-    region = client_kwargs.get("region_name") or session.get_config_variable("region") or "us-east-1"
-    return DirectRangeClient(
-        endpoint,
-        region,
-        credentials,
-        verify=client_kwargs.get("verify", True),
-        connect_timeout=float(config.get("connect_timeout", 60)),
-        read_timeout=float(config.get("read_timeout", 60)),
-    )
+def _xml_field(body: bytes, name: str) -> str:
+    found = re.search(rf"<{name}>([^<]*)</{name}>", body[:4096].decode("utf-8", "replace"))
+    return found.group(1) if found else ""

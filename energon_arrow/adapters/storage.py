@@ -114,7 +114,8 @@ class Storage:
         if self._fs is None or self._fs_pid != pid:
             options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
             try:
-                fs = self._fs_class()(skip_instance_cache=self._fs_pid is not None, **options)
+                fresh = bool(options.pop("skip_instance_cache", False)) or self._fs_pid is not None
+                fs = self._fs_class()(skip_instance_cache=fresh, **options)
             except StorageError:
                 raise
             except Exception as exc:
@@ -133,7 +134,7 @@ class Storage:
         if self.protocol != "s3" or not self.use_direct_reads:
             return None
         if self._direct_client is None:
-            from energon_arrow.adapters.s3direct import direct_client_for
+            from energon_arrow.adapters.s3settings import direct_client_for
 
             options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
             try:
@@ -327,10 +328,13 @@ class Storage:
                 return LocalStream(self.path_of(rel), block_size)
             except OSError as exc:
                 raise classify(exc, self.url_of(rel)) from None
-        size = self.stat(rel).size
-        return PrefetchReader(
-            lambda off, n: self._read_range_buffer(rel, off, n), size, block_size, depth, self.url_of(rel)
-        )
+        info = self.stat(rel)
+        pins = {rel: info.etag} if info.etag else {}  # every block from the version whose size we read
+
+        def fetch(offset: int, n: int):
+            return fetch_groups(self, [rel], [offset], [offset + n], pins)[0]
+
+        return PrefetchReader(fetch, info.size, block_size, depth, self.url_of(rel))
 
     def iter_chunks(self, rel: str, block_size: int = 8 * 1024 * 1024) -> Iterator[bytes]:
         with self.open_stream(rel, block_size) as f:

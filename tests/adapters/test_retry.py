@@ -8,7 +8,7 @@ import http.client
 import pytest
 
 from energon_arrow.adapters import AccessDenied, NotFound, RetryPolicy, StorageError, TransientError
-from energon_arrow.adapters.errors import classify
+from energon_arrow.adapters.errors import ObjectChanged, classify
 from energon_arrow.adapters.retry import call_with_retries
 from energon_arrow.adapters.s3direct import S3HttpError
 
@@ -48,6 +48,19 @@ def test_call_with_retries_counts_attempts_and_sleeps_per_policy():
         (S3HttpError(503, "SlowDown", ""), TransientError),
         (S3HttpError(500, "InternalError", ""), TransientError),
         (S3HttpError(400, "InvalidArgument", "bad"), StorageError),
+        (S3HttpError(503, "SlowDownRead", ""), TransientError),
+        (S3HttpError(503, "SlowDownWrite", ""), TransientError),
+        (S3HttpError(429, "TooManyRequests", ""), TransientError),
+        (S3HttpError(502, "BadGateway", ""), TransientError),
+        (S3HttpError(500, "InternalServerError", ""), TransientError),
+        (S3HttpError(599, "AnythingElse", ""), TransientError),  # every 5xx, whatever the code
+        (S3HttpError(400, "ThrottlingException", ""), TransientError),
+        (S3HttpError(400, "RequestLimitExceeded", ""), TransientError),  # from botocore's throttling list
+        (S3HttpError(400, "RequestTimeout", ""), TransientError),
+        (S3HttpError(400, "BadDigest", ""), TransientError),
+        (S3HttpError(403, "SlowDown", ""), AccessDenied),  # the status decides first
+        (S3HttpError(404, "InternalError", ""), NotFound),
+        (S3HttpError(412, "PreconditionFailed", ""), ObjectChanged),
         (ConnectionResetError(errno.ECONNRESET, "reset"), TransientError),
         (http.client.RemoteDisconnected("closed"), TransientError),
         (http.client.IncompleteRead(b"", 10), TransientError),
@@ -73,3 +86,14 @@ def test_wrapped_botocore_errors_are_classified_through_the_chain():
             raise OSError(errno.EIO, "wrapped") from e
     except OSError as outer:
         assert isinstance(classify(outer, "s3://b/k"), TransientError)
+
+
+def test_botocore_status_only_errors_are_classified_by_status():
+    from botocore.exceptions import ClientError
+
+    throttled = ClientError({"Error": {}, "ResponseMetadata": {"HTTPStatusCode": 429}}, "GetObject")
+    assert isinstance(classify(throttled, "s3://b/k"), TransientError)
+    denied = ClientError(
+        {"Error": {"Code": "Throttling"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject"
+    )
+    assert isinstance(classify(denied, "s3://b/k"), AccessDenied)
