@@ -19,7 +19,7 @@ from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded, LoaderError, MissingPartError
 from energon_arrow.loader.members import split_sample
 from energon_arrow.loader.source import SplitSource
-from energon_arrow.samples.types import batch_values
+from energon_arrow.samples.batch import generic_batch
 
 
 class _Fallback(Exception):
@@ -71,7 +71,7 @@ def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, v
                     ]
             except Exception:
                 raise _Fallback from None
-        fields[name] = batch_values(cache[ref.part])
+        fields[name] = generic_batch(cache[ref.part])
     keys = src.keys.take(rows).to_pylist()
     paths = src.shard_paths
     restore = tuple(

@@ -81,7 +81,7 @@ class SampleBuilder:
         from energon_arrow.loader.errors import DecodeError
 
         try:
-            return self.decoder.decode(part, data)
+            return self.decoder.decode_part(part, data)
         except Exception as exc:
             raise DecodeError(shard, key, part, exc) from exc
 

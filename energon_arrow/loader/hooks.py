@@ -18,8 +18,8 @@ import torch
 
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.source import SplitSource
-from energon_arrow.samples.cookers import select_cooker
-from energon_arrow.samples.types import batch_samples
+from energon_arrow.samples.batch import batch_samples
+from energon_arrow.samples.cookers import get_cooker_need_cache, get_cooker_need_primary, select_cooker
 
 log = logging.getLogger(__name__)
 _FAILED = object()
@@ -38,9 +38,15 @@ def _keywords(cook) -> tuple[bool, frozenset]:
 
 def cook_kwargs(cook, source: SplitSource) -> dict:
     """The aux stores (and `primary`) a cook function asks for by keyword."""
+    if get_cooker_need_cache(cook):
+        raise LoaderError(
+            f"{source.name}: cooker {getattr(cook, '__qualname__', cook)!r} has need_cache=True, but cache pools "
+            "are not implemented (aux data is read straight from storage); drop need_cache and read from the aux "
+            "file stores"
+        )
     takes_all, params = _keywords(cook)
     kwargs = {k: v for k, v in source.aux.items() if takes_all or k in params}
-    if "primary" in params:
+    if "primary" in params or get_cooker_need_primary(cook):
         from energon_arrow.loader.filestore import PartStore
 
         if "primary" not in source.aux:

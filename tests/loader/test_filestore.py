@@ -20,7 +20,7 @@ def test_part_and_sample_by_key(prepared_root):
     assert source[1] == "shards/shard-000002.tar"
     whole, _ = store["000002_000007"]
     assert sorted(whole) == ["jpg", "json", "txt"] and whole["txt"] == data
-    sample = ea.TextSample(__key__="x", text="")
+    sample = ea.TextSample(__key__="x", __restore_key__=(), text="")
     assert store.get("000001_000001.json", sample).startswith(b"{")
     assert sample.__sources__[0][3] == "000001_000001.json"
     decoded = PartStore(prepared_root, decoder=PartDecoder())
