@@ -25,6 +25,7 @@ _LOADER_EXPORTS = {
     "SampleDecoder": "energon_arrow.samples",
     "SimilarityInterleavedSample": "energon_arrow.samples",
     "SkipSample": "energon_arrow.samples",
+    "SourceInfo": "energon_arrow.samples",
     "TextSample": "energon_arrow.samples",
     "VQAOCRSample": "energon_arrow.samples",
     "VQASample": "energon_arrow.samples",

@@ -15,6 +15,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.meta import DatasetYaml
 from energon_arrow.samples.decoders import PartDecoder
 from energon_arrow.samples.fieldmap import FieldMap
+from energon_arrow.samples.sample import SourceInfo
 from energon_arrow.samples.types import CrudeSample, required_fields, resolve_sample_type, sample_fields
 
 DATASET_YAML = ".nv-meta/dataset.yaml"  # for messages
@@ -52,6 +53,7 @@ class SampleBuilder:
         trust_remote_code: bool = False,
     ):
         self.where = storage.url_of(DATASET_YAML)
+        self.dataset_path = storage.url
         self.decoder = decoder
         self.subflavors = {**(config.subflavors or {}), **(subflavors or {})}  # energon: {} when none
         self.field_map = None
@@ -85,7 +87,15 @@ class SampleBuilder:
         except Exception as exc:
             raise DecodeError(shard, key, part, exc) from exc
 
-    def build(self, key: str, parts: dict, shard: str, sample_index: int) -> Any:
+    def sources(self, key: str, part_names, shard: str, split_index: int) -> tuple[SourceInfo]:
+        """energon's `__sources__` of a sample read from a shard: its position in the split and member names."""
+        names = tuple(f"{key}.{p}" for p in part_names)
+        return (
+            SourceInfo(dataset_path=self.dataset_path, index=split_index, shard_name=shard, file_names=names),
+        )
+
+    def build(self, key: str, parts: dict, shard: str, sample_index: int, split_index: int) -> Any:
+        """The sample `key` (the `sample_index`-th of `shard`, the `split_index`-th of the split) from its parts."""
         restore = ("Webdataset", shard, int(sample_index))
         if self.field_map is not None:
             chosen = self.field_map.choose(parts, shard, key)
@@ -96,14 +106,25 @@ class SampleBuilder:
                     decoded[ref.part] = self._decode(ref.part, parts[ref.part], shard, key)
                 fields[name] = ref.resolve(decoded[ref.part], shard, key) if ref.path else decoded[ref.part]
             return self.sample_cls(
-                __key__=key, __restore_key__=restore, __subflavors__=dict(self.subflavors), **fields
+                __key__=key,
+                __restore_key__=restore,
+                __subflavors__=dict(self.subflavors),
+                __sources__=self.sources(
+                    key, [p for p in parts if p in self.field_map.parts], shard, split_index
+                ),
+                **fields,
             )
         raw = {
             part: self._decode(part, data, shard, key)
             for part, data in parts.items()
             if self.part_filter is None or self.part_filter(part)
         }
-        raw.update(__key__=key, __restore_key__=restore, __subflavors__=dict(self.subflavors))
+        raw.update(
+            __key__=key,
+            __restore_key__=restore,
+            __subflavors__=dict(self.subflavors),
+            __sources__=self.sources(key, raw, shard, split_index),
+        )
         if self.crude:
             return CrudeSample(raw)
         fields = self.sample_loader(raw)
@@ -114,6 +135,7 @@ class SampleBuilder:
         fields.setdefault("__key__", key)
         fields.setdefault("__restore_key__", restore)
         fields.setdefault("__subflavors__", dict(self.subflavors))
+        fields.setdefault("__sources__", raw["__sources__"])
         try:
             return self.sample_cls(**fields)
         except TypeError as exc:

@@ -21,7 +21,7 @@ from energon_arrow.samples.errors import (
     reraise_exception,
 )
 from energon_arrow.samples.fieldmap import FieldMap
-from energon_arrow.samples.sample import Sample, edataclass
+from energon_arrow.samples.sample import Sample, SourceInfo, edataclass
 from energon_arrow.samples.stateless import get_failure_tolerance, get_stateless, stateless
 from energon_arrow.samples.types import (
     SAMPLE_TYPES,
@@ -59,6 +59,7 @@ __all__ = [
     "SampleException",
     "SimilarityInterleavedSample",
     "SkipSample",
+    "SourceInfo",
     "TextSample",
     "VQAOCRSample",
     "VQASample",

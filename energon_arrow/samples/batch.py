@@ -65,38 +65,30 @@ def generic_batch(batch: list) -> Any:
     return batch_list(batch)
 
 
-def _batch_meta(name: str, values: list) -> Any:
-    """The loader's batch value of a metadata field: restore keys as a tuple (the batch's restore key), the
-    subflavors list (None when no sample has any), the sources of all samples in one tuple (or None)."""
-    if name == "__restore_key__":
-        return tuple(values)
-    if name == "__subflavors__":
-        return values if any(v is not None for v in values) else None
-    if name == "__sources__":
-        return tuple(x for v in values if v for x in v) if any(values) else None
-    return values
-
-
 def batch_samples(samples: list) -> Any:
-    """The loader's default batch: an instance of the samples' own class (or a dict of the same kind) whose
-    fields are batched with `generic_batch`; the metadata fields as `_batch_meta` describes."""
+    """The loader's default batch, as energon's DefaultTaskEncoder.batch makes it: an instance of the samples'
+    own class (or a dict of the same kind) whose fields are batched with `generic_batch` (so `__key__`,
+    `__subflavors__` and `__sources__` are per-sample lists), except `__restore_key__`: the tuple of the samples'
+    restore keys (energon's batch restore key is a tuple too)."""
     first = samples[0]
     if isinstance(first, dict):
+        return type(first)({k: _batch_field(k, [s[k] for s in samples]) for k in first})
+    if _is_instance_dataclass(first):
         return type(first)(
-            {
-                k: _batch_meta(k, [s[k] for s in samples])
-                if k in META_FIELDS
-                else generic_batch([s[k] for s in samples])
-                for k in first
+            **{
+                f.name: _batch_field(f.name, [getattr(s, f.name) for s in samples])
+                for f in dataclasses.fields(first)
             }
         )
-    if _is_instance_dataclass(first):
-        kwargs = {}
-        for f in dataclasses.fields(first):
-            values = [getattr(s, f.name) for s in samples]
-            kwargs[f.name] = _batch_meta(f.name, values) if f.name in META_FIELDS else generic_batch(values)
-        return type(first)(**kwargs)
     return generic_batch(samples)
+
+
+def _batch_field(name: str, values: list) -> Any:
+    if name == "__restore_key__":
+        return tuple(values)
+    if name in ("__subflavors__", "__sources__"):
+        return values  # energon keeps these per sample, even when they are dicts
+    return generic_batch(values)
 
 
 @edataclass

@@ -23,6 +23,17 @@ def edataclass(cls: type[T]) -> type[T]:
     return dataclasses.dataclass(kw_only=True, slots=True)(cls)
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SourceInfo:
+    """Where (part of) a sample was read from: the dataset's root, the sample's index or the file's key, the
+    shard (or folder) and the names of the files used. Samples collect these in `__sources__`."""
+
+    dataset_path: Any
+    index: str | int
+    shard_name: str
+    file_names: tuple[str, ...]
+
+
 def _pin(value: Any, device: Any) -> Any:
     """`value` with every tensor inside (dicts, dataclasses, named tuples, lists, tuples) in pinned memory."""
     if isinstance(value, torch.Tensor):
@@ -85,7 +96,7 @@ class Sample(ABC, PinMemoryMixin, ExtendableDataclassMixin):
     __key__: str
     __restore_key__: tuple
     __subflavors__: dict[str, Any] | None = None
-    __sources__: tuple | None = None
+    __sources__: tuple[SourceInfo, ...] | None = None
 
     @classmethod
     def derive_from(cls, base_sample: Sample, **kwargs: Any) -> Any:

@@ -154,12 +154,18 @@ def test_concat_matches_energon():
         ea.homogeneous_concat_mix([{"x": 1}, Pair(torch.ones(1), "r")])
 
 
-def test_loader_default_batch_keeps_restore_keys_and_flattens_sources():
+def test_loader_default_batch_matches_energons_default_task_encoder():
     batch = batch_samples(_samples(ea))
+    ref = energon.DefaultTaskEncoder().batch(_samples(energon))
     assert isinstance(batch, ea.CaptioningSample)
+    assert batch.__restore_key__ == tuple(ref.__restore_key__)  # a tuple: the batch's own restore key
+    assert _same(dataclasses.replace(batch, __restore_key__=ref.__restore_key__), ref)
     assert batch.__key__ == ["k0", "k1", "k2"] and batch.caption == ["c0", "c1", "c2"]
-    assert batch.__restore_key__ == (("W", "s.tar", 0), ("W", "s.tar", 1), ("W", "s.tar", 2))
-    assert batch.__subflavors__ == [None, {"s": 1}, {"s": 2}] and batch.__sources__ == ("src0", "src2")
+    assert batch.__subflavors__ == [None, {"s": 1}, {"s": 2}] and batch.__sources__ == [
+        ("src0",),
+        None,
+        ("src2",),
+    ]
     assert batch.image.shape == (3, 3, 2, 4) and float(batch.image[0, 0, 0, 3]) == 0.0
     crude = batch_samples(
         [ea.CrudeSample(__key__="a", x=torch.zeros(2)), ea.CrudeSample(__key__="b", x=torch.ones(2))]

@@ -41,11 +41,20 @@ def test_every_energon_sample_and_batch_helper_is_exported():
     names = [
         "Sample", "Batch", "CrudeSample", "SampleDecoder", "Cooker", "cooker", "basic_sample_keys", "edataclass",
         "stateless", "SkipSample", "reraise_exception", "log_exception", "generic_batch", "batch_list",
-        "batch_stack", "batch_pad_stack", "generic_concat", "concat_pad", "homogeneous_concat_mix",
+        "batch_stack", "batch_pad_stack", "generic_concat", "concat_pad", "homogeneous_concat_mix", "SourceInfo",
     ]  # fmt: skip
     sample_types = [n for n in energon.__all__ if n.endswith("Sample") and n != "SkipSample"]
     for name in names + sample_types:
         assert name in energon.__all__ and hasattr(ea, name), name
+
+
+def test_source_info_fields_match_energon():
+    assert [f.name for f in dataclasses.fields(ea.SourceInfo)] == [
+        f.name for f in dataclasses.fields(energon.SourceInfo)
+    ]
+    info = ea.SourceInfo(dataset_path="/d", index=3, shard_name="s.tar", file_names=("k.txt",))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.index = 4
 
 
 def test_kw_only_construction_and_extra_attributes():
