@@ -100,3 +100,29 @@ def test_error_handlers(caplog):
             ea.log_exception(exc, sample, ["shard-0.tar/k7.txt"])
     assert "k7" in caplog.text and "shard-0.tar/k7.txt" in caplog.text and "boom" in caplog.text
     assert issubclass(ea.SkipSample, Exception) and not issubclass(ea.SkipSample, ValueError)
+
+
+class Skipping(ea.DefaultTaskEncoder):
+    decoder = None
+
+    @ea.stateless
+    def encode_sample(self, sample):
+        if int(sample.__key__[-1]) % 2:  # keys end in the sample number: drop the odd ones
+            raise ea.SkipSample()
+        return sample
+
+    def batch(self, samples):
+        if any(s.__key__.endswith("_000004") for s in samples):
+            raise ea.SkipSample()  # drop the whole batch
+        return super().batch(samples)
+
+
+def test_skip_sample_drops_samples_and_batches_in_the_loader(prepared_root):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_val_dataset(prepared_root, worker_config=wc, batch_size=4, task_encoder=Skipping())
+    keys = [k for b in ea.get_loader(ds) for k in b.__key__]
+    assert keys and all(int(k[-1]) % 2 == 0 for k in keys)
+    # the batch of samples 4..7 (4 and 6 left after the odd ones were skipped) is dropped as a whole
+    assert not any(k.endswith(("_000004", "_000006")) for k in keys) and any(
+        k.endswith("_000008") for k in keys
+    )
