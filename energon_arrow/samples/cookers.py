@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_arrow.samples.sample import META_FIELDS
 
@@ -44,12 +44,16 @@ def get_cooker_need_primary(fn: Callable) -> bool:
     return getattr(fn, "__cooker_need_primary__", False)
 
 
-@dataclass
-class Cooker:
-    """A cook function (crude sample -> sample) and the subflavors a crude sample must have to be cooked by it
-    (all given keys present with equal values; None matches every sample)."""
+T_sample = TypeVar("T_sample")
 
-    cook: Callable[..., Any]
+
+@dataclass
+class Cooker(Generic[T_sample]):
+    """A cook function (crude sample -> sample) and the subflavors a crude sample must have to be cooked by it
+    (all given keys present with equal values; None matches every sample). Generic like energon's:
+    `Cooker[TextSample](fn)`."""
+
+    cook: Callable[..., T_sample]
     has_subflavors: dict | None = None
 
     @property

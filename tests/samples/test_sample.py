@@ -146,3 +146,14 @@ def test_resolve_sample_type():
         resolve_sample_type("Nope")
     with pytest.raises(LoaderError, match="unknown sample type my.mod.TextSample"):
         resolve_sample_type("TextSample", "my.mod")
+
+
+def test_samples_and_decoders_pickle():
+    import pickle
+
+    s = ea.CaptioningSample(__key__="k", __restore_key__=("W", "s", 1), image=torch.ones(2), caption="c")
+    back = pickle.loads(pickle.dumps(s))
+    assert back.__key__ == "k" and back.__restore_key__ == ("W", "s", 1) and torch.equal(back.image, s.image)
+    decoder = pickle.loads(pickle.dumps(ea.SampleDecoder(image_decode="pil", guess_content=True)))
+    assert decoder.config() == ea.SampleDecoder(image_decode="pil", guess_content=True).config()
+    assert ea.Cooker[ea.TextSample](len).cook("ab") == 2
