@@ -79,7 +79,7 @@ def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, v
     subflavors = [dict(builder.subflavors) for _ in range(len(rows))]
     # every sample here has all field-map parts (else _Fallback above); energon's sources list those members
     parts = [p for p in src.parts if p in fm.parts]
-    sources = [builder.sources(key, parts, paths[s], r) for key, s, r in zip(keys, shard_ids, rows.tolist())]
+    sources = builder.sources(keys, parts, [paths[s] for s in shard_ids], rows.tolist())
     return builder.sample_cls(
         __key__=keys, __restore_key__=restore, __subflavors__=subflavors, __sources__=sources, **fields
     )

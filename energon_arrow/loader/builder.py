@@ -87,12 +87,15 @@ class SampleBuilder:
         except Exception as exc:
             raise DecodeError(shard, key, part, exc) from exc
 
-    def sources(self, key: str, part_names, shard: str, split_index: int) -> tuple[SourceInfo]:
-        """energon's `__sources__` of a sample read from a shard: its position in the split and member names."""
-        names = tuple(f"{key}.{p}" for p in part_names)
-        return (
-            SourceInfo(dataset_path=self.dataset_path, index=split_index, shard_name=shard, file_names=names),
-        )
+    def sources(self, keys: list, part_names, shards: list, split_indices: list) -> list[tuple[SourceInfo]]:
+        """energon's `__sources__` of samples read from shards (one tuple per sample): their positions in the
+        split and the member names of `part_names`."""
+        suffixes = ["." + p for p in part_names]
+        root = self.dataset_path
+        return [
+            (SourceInfo(root, index, shard, tuple([key + s for s in suffixes])),)
+            for key, shard, index in zip(keys, shards, split_indices)
+        ]
 
     def build(self, key: str, parts: dict, shard: str, sample_index: int, split_index: int) -> Any:
         """The sample `key` (the `sample_index`-th of `shard`, the `split_index`-th of the split) from its parts."""
@@ -110,8 +113,8 @@ class SampleBuilder:
                 __restore_key__=restore,
                 __subflavors__=dict(self.subflavors),
                 __sources__=self.sources(
-                    key, [p for p in parts if p in self.field_map.parts], shard, split_index
-                ),
+                    [key], [p for p in parts if p in self.field_map.parts], [shard], [split_index]
+                )[0],
                 **fields,
             )
         raw = {
@@ -123,7 +126,7 @@ class SampleBuilder:
             __key__=key,
             __restore_key__=restore,
             __subflavors__=dict(self.subflavors),
-            __sources__=self.sources(key, raw, shard, split_index),
+            __sources__=self.sources([key], raw, [shard], [split_index])[0],
         )
         if self.crude:
             return CrudeSample(raw)
