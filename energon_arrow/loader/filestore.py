@@ -99,7 +99,7 @@ class PartStore(_FileStoreBase):
         if row < self._n_parts:
             return self._decode(key, data), source
         _, parts = split_sample(memoryview(data), f"{self.storage.url_of(shard)}@{offset}")
-        return {p: self._decode(p, bytes(v)) for p, v in parts.items()}, source
+        return {p: self._decode(f"{key}.{p}", bytes(v)) for p, v in parts.items()}, source
 
     def close(self) -> None:
         self._files.close()

@@ -75,3 +75,15 @@ def test_loader_decodes_like_energon(png_root, te_cls, mode):
         else:  # numpy arrays are listed
             got = batch.image[i]
             assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_file_store_decodes_parts_and_whole_samples(png_root):
+    from energon_arrow.loader.filestore import open_file_store
+
+    root, images = png_root
+    store = open_file_store(root, decoder=ea.SampleDecoder(image_decode="pil"))
+    caption, source = store["s003.txt"]
+    assert caption == "caption 3" and source.file_names == ("s003.txt",)
+    whole, _ = store["s003"]
+    want = energon.SampleDecoder(image_decode="pil").decode("s003.png", images["s003"])
+    assert whole["txt"] == "caption 3" and whole["png"].tobytes() == want.tobytes()
