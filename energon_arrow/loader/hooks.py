@@ -22,6 +22,7 @@ from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.batch import batch_samples
 from energon_arrow.samples.cookers import get_cooker_need_cache, get_cooker_need_primary, select_cooker
 from energon_arrow.samples.errors import SkipSample
+from energon_arrow.samples.stateless import get_failure_tolerance
 
 log = logging.getLogger(__name__)
 _FAILED = object()
@@ -97,7 +98,7 @@ class TaskHooks:
             random.seed(position_seed)
             np.random.seed(position_seed & 0xFFFFFFFF)
             torch.manual_seed(position_seed)
-        tolerance = getattr(fn, "__failure_tolerance__", None)
+        tolerance = get_failure_tolerance(fn)
         try:
             return fn(sample, **kwargs)
         except SkipSample:

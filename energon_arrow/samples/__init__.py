@@ -13,13 +13,7 @@ from energon_arrow.samples.batch import (
 )
 from energon_arrow.samples.cookers import Cooker, basic_sample_keys, cooker
 from energon_arrow.samples.decoders import PartDecoder, SampleDecoder
-from energon_arrow.samples.errors import (
-    FatalSampleError,
-    SampleException,
-    SkipSample,
-    log_exception,
-    reraise_exception,
-)
+from energon_arrow.samples.errors import SkipSample, log_exception, reraise_exception
 from energon_arrow.samples.fieldmap import FieldMap
 from energon_arrow.samples.sample import Sample, SourceInfo, edataclass
 from energon_arrow.samples.stateless import get_failure_tolerance, get_stateless, stateless
@@ -46,7 +40,6 @@ __all__ = [
     "CaptioningSample",
     "Cooker",
     "CrudeSample",
-    "FatalSampleError",
     "FieldMap",
     "ImageClassificationSample",
     "ImageSample",
@@ -56,7 +49,6 @@ __all__ = [
     "PartDecoder",
     "Sample",
     "SampleDecoder",
-    "SampleException",
     "SimilarityInterleavedSample",
     "SkipSample",
     "SourceInfo",

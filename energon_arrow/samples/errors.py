@@ -18,22 +18,6 @@ class SkipSample(Exception):
     batch without counting it as a failure."""
 
 
-class SampleException(ValueError):
-    """A sample failed; the message names it."""
-
-    @classmethod
-    def from_sample_key(cls, sample_key: str) -> SampleException:
-        return cls(f"Sample {sample_key} failed")
-
-    @classmethod
-    def from_sample(cls, sample: Any, message: str = "") -> SampleException:
-        return cls(f"Sample {describe_sample(sample)} failed" + (f": {message}" if message else ""))
-
-
-class FatalSampleError(SampleException):
-    """A failure no error handler may tolerate (e.g. a failure tolerance was exceeded)."""
-
-
 def _short(value: Any, limit: int = 60) -> str:
     shape = getattr(value, "shape", None)
     if shape is not None and hasattr(value, "dtype"):
