@@ -19,7 +19,7 @@ from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded, LoaderError, MissingPartError
 from energon_arrow.loader.members import split_sample
 from energon_arrow.loader.source import SplitSource
-from energon_arrow.samples.types import batch_values
+from energon_arrow.samples.batch import generic_batch
 
 
 class _Fallback(Exception):
@@ -71,15 +71,18 @@ def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, v
                     ]
             except Exception:
                 raise _Fallback from None
-        fields[name] = batch_values(cache[ref.part])
+        fields[name] = generic_batch(cache[ref.part])
     keys = src.keys.take(rows).to_pylist()
     paths = src.shard_paths
-    restore = tuple(
-        ("Webdataset", paths[s], i)
-        for s, i in zip(src.shard_id[rows].tolist(), src.sample_index[rows].tolist())
-    )
+    shard_ids, indices = src.shard_id[rows].tolist(), src.sample_index[rows].tolist()
+    restore = tuple(("Webdataset", paths[s], i) for s, i in zip(shard_ids, indices))
     subflavors = [dict(builder.subflavors) for _ in range(len(rows))]
-    return builder.sample_cls(__key__=keys, __restore_key__=restore, __subflavors__=subflavors, **fields)
+    # every sample here has all field-map parts (else _Fallback above); energon's sources list those members
+    parts = [p for p in src.parts if p in fm.parts]
+    sources = builder.sources(keys, parts, [paths[s] for s in shard_ids], rows.tolist())
+    return builder.sample_cls(
+        __key__=keys, __restore_key__=restore, __subflavors__=subflavors, __sources__=sources, **fields
+    )
 
 
 class Assembler:
@@ -107,7 +110,7 @@ class Assembler:
             try:
                 key, parts = sample_parts(src, row, view)
                 shard = src.shard_paths[src.shard_id[row]]
-                sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]))
+                sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]), row)
                 seed = self.settings.seed * 1_000_003 + b * 65_537 + slot
                 samples.extend(self.hooks.sample(sample, seed, src))
             except (DecodeError, MissingPartError) as exc:

@@ -15,6 +15,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.meta import DatasetYaml
 from energon_arrow.samples.decoders import PartDecoder
 from energon_arrow.samples.fieldmap import FieldMap
+from energon_arrow.samples.sample import SourceInfo
 from energon_arrow.samples.types import CrudeSample, required_fields, resolve_sample_type, sample_fields
 
 DATASET_YAML = ".nv-meta/dataset.yaml"  # for messages
@@ -52,6 +53,7 @@ class SampleBuilder:
         trust_remote_code: bool = False,
     ):
         self.where = storage.url_of(DATASET_YAML)
+        self.dataset_path = storage.url
         self.decoder = decoder
         self.subflavors = {**(config.subflavors or {}), **(subflavors or {})}  # energon: {} when none
         self.field_map = None
@@ -81,11 +83,22 @@ class SampleBuilder:
         from energon_arrow.loader.errors import DecodeError
 
         try:
-            return self.decoder.decode(part, data)
+            return self.decoder.decode_part(part, data)
         except Exception as exc:
             raise DecodeError(shard, key, part, exc) from exc
 
-    def build(self, key: str, parts: dict, shard: str, sample_index: int) -> Any:
+    def sources(self, keys: list, part_names, shards: list, split_indices: list) -> list[tuple[SourceInfo]]:
+        """energon's `__sources__` of samples read from shards (one tuple per sample): their positions in the
+        split and the member names of `part_names`."""
+        suffixes = ["." + p for p in part_names]
+        root = self.dataset_path
+        return [
+            (SourceInfo(root, index, shard, tuple([key + s for s in suffixes])),)
+            for key, shard, index in zip(keys, shards, split_indices)
+        ]
+
+    def build(self, key: str, parts: dict, shard: str, sample_index: int, split_index: int) -> Any:
+        """The sample `key` (the `sample_index`-th of `shard`, the `split_index`-th of the split) from its parts."""
         restore = ("Webdataset", shard, int(sample_index))
         if self.field_map is not None:
             chosen = self.field_map.choose(parts, shard, key)
@@ -96,14 +109,25 @@ class SampleBuilder:
                     decoded[ref.part] = self._decode(ref.part, parts[ref.part], shard, key)
                 fields[name] = ref.resolve(decoded[ref.part], shard, key) if ref.path else decoded[ref.part]
             return self.sample_cls(
-                __key__=key, __restore_key__=restore, __subflavors__=dict(self.subflavors), **fields
+                __key__=key,
+                __restore_key__=restore,
+                __subflavors__=dict(self.subflavors),
+                __sources__=self.sources(
+                    [key], [p for p in parts if p in self.field_map.parts], [shard], [split_index]
+                )[0],
+                **fields,
             )
         raw = {
             part: self._decode(part, data, shard, key)
             for part, data in parts.items()
             if self.part_filter is None or self.part_filter(part)
         }
-        raw.update(__key__=key, __restore_key__=restore, __subflavors__=dict(self.subflavors))
+        raw.update(
+            __key__=key,
+            __restore_key__=restore,
+            __subflavors__=dict(self.subflavors),
+            __sources__=self.sources([key], raw, [shard], [split_index])[0],
+        )
         if self.crude:
             return CrudeSample(raw)
         fields = self.sample_loader(raw)
@@ -114,6 +138,7 @@ class SampleBuilder:
         fields.setdefault("__key__", key)
         fields.setdefault("__restore_key__", restore)
         fields.setdefault("__subflavors__", dict(self.subflavors))
+        fields.setdefault("__sources__", raw["__sources__"])
         try:
             return self.sample_cls(**fields)
         except TypeError as exc:

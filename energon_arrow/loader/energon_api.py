@@ -20,9 +20,10 @@ from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.metadataset import is_metadataset, read_metadataset, subset_bounds
 from energon_arrow.loader.ranks import distributed_rank_world
 from energon_arrow.loader.source import SplitSource, open_split
-from energon_arrow.samples.cookers import Cooker, stateless
+from energon_arrow.samples.batch import batch_samples
+from energon_arrow.samples.cookers import Cooker
 from energon_arrow.samples.decoders import PartDecoder
-from energon_arrow.samples.types import batch_samples
+from energon_arrow.samples.stateless import stateless
 
 
 @dataclass

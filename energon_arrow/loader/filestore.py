@@ -20,6 +20,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.members import split_sample
 from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.samples.decoders import PartDecoder
+from energon_arrow.samples.sample import SourceInfo
 
 
 class _FileStoreBase:
@@ -88,17 +89,17 @@ class PartStore(_FileStoreBase):
             raise LoaderError(f"{self.storage.url_of(shard)}: short read at byte {offset} (stale index?)")
         return data
 
-    def __getitem__(self, key: str) -> tuple[Any, tuple]:
+    def __getitem__(self, key: str) -> tuple[Any, SourceInfo]:
         row = self._row(key)
         sid = int(self._shard[row])
         shard = self.shard_paths[sid]
         offset, size = int(self._offset[row]), int(self._size[row])
         data = self._read(shard, offset, size)
-        source = (self.storage.url, shard, offset, key)
+        source = SourceInfo(dataset_path=self.storage.url, index=key, shard_name=shard, file_names=(key,))
         if row < self._n_parts:
             return self._decode(key, data), source
         _, parts = split_sample(memoryview(data), f"{self.storage.url_of(shard)}@{offset}")
-        return {p: self._decode(p, bytes(v)) for p, v in parts.items()}, source
+        return {p: self._decode(f"{key}.{p}", bytes(v)) for p, v in parts.items()}, source
 
     def close(self) -> None:
         self._files.close()
@@ -119,14 +120,17 @@ class FolderStore(_FileStoreBase):
     def get_path(self) -> str:
         return self.storage.url
 
-    def __getitem__(self, key: str) -> tuple[Any, tuple]:
+    def __getitem__(self, key: str) -> tuple[Any, SourceInfo]:
         from energon_arrow.adapters import NotFound
 
         try:
             data = self.storage.read_bytes(key)
         except NotFound:
             raise LoaderError(f"{self.storage.url_of(key)}: auxiliary file not found") from None
-        return self._decode(key, data), (self.storage.url, key, 0, key)
+        url = self.storage.url
+        return self._decode(key, data), SourceInfo(
+            dataset_path=url, index=key, shard_name=url, file_names=(key,)
+        )
 
 
 def open_file_store(path: Any, storage_options: dict | None = None, decoder: PartDecoder | None = None):

@@ -1,6 +1,7 @@
 """The task-encoder steps the loader calls, with energon's names: cook, encode_sample, batch, encode_batch.
 
-Functions marked `@stateless(restore_seeds=True)` are called with `random`, numpy and torch seeded from (seed,
+`SkipSample` raised by any step drops the sample (or the batch) silently. Functions marked
+`@stateless(restore_seeds=True)` are called with `random`, numpy and torch seeded from (seed,
 batch, slot), so a resumed run reproduces their randomness; `@stateless(failure_tolerance=N)` functions may fail
 N times (the sample is skipped and logged) before the N+1st failure is raised.
 """
@@ -18,8 +19,10 @@ import torch
 
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.source import SplitSource
-from energon_arrow.samples.cookers import select_cooker
-from energon_arrow.samples.types import batch_samples
+from energon_arrow.samples.batch import batch_samples
+from energon_arrow.samples.cookers import get_cooker_need_cache, get_cooker_need_primary, select_cooker
+from energon_arrow.samples.errors import SkipSample
+from energon_arrow.samples.stateless import get_failure_tolerance
 
 log = logging.getLogger(__name__)
 _FAILED = object()
@@ -38,9 +41,15 @@ def _keywords(cook) -> tuple[bool, frozenset]:
 
 def cook_kwargs(cook, source: SplitSource) -> dict:
     """The aux stores (and `primary`) a cook function asks for by keyword."""
+    if get_cooker_need_cache(cook):
+        raise LoaderError(
+            f"{source.name}: cooker {getattr(cook, '__qualname__', cook)!r} has need_cache=True, but cache pools "
+            "are not implemented (aux data is read straight from storage); drop need_cache and read from the aux "
+            "file stores"
+        )
     takes_all, params = _keywords(cook)
     kwargs = {k: v for k, v in source.aux.items() if takes_all or k in params}
-    if "primary" in params:
+    if "primary" in params or get_cooker_need_primary(cook):
         from energon_arrow.loader.filestore import PartStore
 
         if "primary" not in source.aux:
@@ -89,12 +98,14 @@ class TaskHooks:
             random.seed(position_seed)
             np.random.seed(position_seed & 0xFFFFFFFF)
             torch.manual_seed(position_seed)
-        tolerance = getattr(fn, "__failure_tolerance__", None)
-        if not tolerance:
-            return fn(sample, **kwargs)
+        tolerance = get_failure_tolerance(fn)
         try:
             return fn(sample, **kwargs)
+        except SkipSample:
+            return _FAILED
         except Exception as exc:
+            if not tolerance:
+                raise
             name = getattr(fn, "__qualname__", repr(fn))
             self.failures[name] = self.failures.get(name, 0) + 1
             if self.failures[name] > tolerance:
@@ -113,6 +124,10 @@ class TaskHooks:
             return _FAILED
 
     def batch(self, samples: list) -> Any:
+        """The batch of `samples`, or None when the task encoder raised SkipSample for it."""
         if self.te is None:
             return batch_samples(samples)
-        return self.te.encode_batch(self.te.batch(samples))
+        try:
+            return self.te.encode_batch(self.te.batch(samples))
+        except SkipSample:
+            return None

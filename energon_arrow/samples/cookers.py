@@ -1,59 +1,91 @@
-"""Cookers (crude part dicts -> samples, selected by subflavors) and the `stateless` marker, with energon's names."""
+"""Cookers: turn crude samples (dicts of part -> payload) into typed samples, with energon's names.
+
+A `Cooker` applies to the crude samples whose subflavors contain its `has_subflavors`. The loader passes the
+cook function the crude sample and, by keyword, the aux data sources its signature names; `@cooker(need_primary=
+True)` (or a `primary` parameter) adds the primary dataset's own file store as `primary`.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from energon_arrow.samples.sample import META_FIELDS
+
+
+def cooker(fn: Callable | None = None, *, need_cache: bool = False, need_primary: bool = False) -> Any:
+    """Mark a cook function; usable as `@cooker` or `@cooker(need_primary=True)`.
+
+    `need_primary=True`: the cook function receives the primary dataset's file store as `primary=`.
+    `need_cache=True`: energon passes its cache pool as `cache=`; cache pools are not implemented here (aux reads
+    go straight to storage), so the loader refuses such a cooker with a clear error (see docs/migration.md).
+    """
+    if fn is None:
+        return functools.partial(cooker, need_cache=need_cache, need_primary=need_primary)
+
+    @functools.wraps(fn)
+    def cook(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    cook.__cooker_need_cache__ = need_cache
+    cook.__cooker_need_primary__ = need_primary
+    return cook
+
+
+def get_cooker_need_cache(fn: Callable) -> bool:
+    """Whether a cook function asked for the cache pool (`@cooker(need_cache=True)`)."""
+    return getattr(fn, "__cooker_need_cache__", False)
+
+
+def get_cooker_need_primary(fn: Callable) -> bool:
+    """Whether a cook function asked for the primary dataset (`@cooker(need_primary=True)`)."""
+    return getattr(fn, "__cooker_need_primary__", False)
+
+
+T_sample = TypeVar("T_sample")
 
 
 @dataclass
-class Cooker:
-    """Turns a crude sample (dict of part -> payload plus `__key__`, `__subflavors__`...) into a sample.
+class Cooker(Generic[T_sample]):
+    """A cook function (crude sample -> sample) and the subflavors a crude sample must have to be cooked by it
+    (all given keys present with equal values; None matches every sample). Generic like energon's:
+    `Cooker[TextSample](fn)`."""
 
-    `has_subflavors`: the cooker applies only to samples whose subflavors contain all these key/value pairs.
-    A cook function whose signature has keyword-only parameters named like aux sources receives those sources
-    (random access by file name); `primary` receives the primary dataset's own store.
-    """
-
-    cook: Callable[..., Any]
+    cook: Callable[..., T_sample]
     has_subflavors: dict | None = None
 
+    @property
+    def need_primary(self) -> bool:
+        return get_cooker_need_primary(self.cook)
+
+    @property
+    def need_cache(self) -> bool:
+        return get_cooker_need_cache(self.cook)
+
     def is_match(self, subflavors: dict | None) -> bool:
-        if not self.has_subflavors:
+        if self.has_subflavors is None:
             return True
         subflavors = subflavors or {}
         return all(k in subflavors and subflavors[k] == v for k, v in self.has_subflavors.items())
 
 
 def select_cooker(cookers, subflavors: dict | None, where: str) -> Cooker:
+    """The first cooker matching `subflavors`; a LoaderError naming `where` when none does."""
     from energon_arrow.loader.errors import LoaderError
 
-    for cooker in cookers:
-        if cooker.is_match(subflavors):
-            return cooker
+    for c in cookers:
+        if c.is_match(subflavors):
+            return c
     raise LoaderError(f"{where}: no cooker matches subflavors {subflavors!r} (cookers: {list(cookers)})")
 
 
-def stateless(
-    fn: Callable | None = None, *, restore_seeds: bool = False, failure_tolerance: int | None = None
-):
-    """Marks a task-encoder method as stateless (its output depends only on its input).
-
-    `restore_seeds=True`: the loader seeds `random`, numpy and torch from (loader seed, sample position) before
-    each call, so a restored run reproduces the same random augmentations. `failure_tolerance=N`: up to N
-    exceptions of this function are logged and the sample skipped; the N+1st is raised (0 = never tolerate).
-    """
-
-    def wrap(f: Callable) -> Callable:
-        @functools.wraps(f)
-        def inner(*args, **kwargs):
-            return f(*args, **kwargs)
-
-        inner.__stateless__ = True
-        inner.__restore_seeds__ = restore_seeds
-        inner.__failure_tolerance__ = failure_tolerance
-        return inner
-
-    return wrap(fn) if fn is not None else wrap
+def basic_sample_keys(crude_sample: dict, additional_source_info: tuple = ()) -> dict:
+    """The metadata entries (`__key__`, `__restore_key__`, `__subflavors__`, `__sources__`) a crude sample has,
+    to pass on to the cooked sample: `Sample(**basic_sample_keys(crude), ...)`. `additional_source_info` is
+    appended to the crude sample's sources."""
+    keys = {name: crude_sample[name] for name in META_FIELDS if name in crude_sample}
+    if additional_source_info:
+        keys["__sources__"] = (*(crude_sample.get("__sources__") or ()), *additional_source_info)
+    return keys

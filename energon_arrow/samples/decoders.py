@@ -1,136 +1,198 @@
-"""Default part decoding by file extension (energon / webdataset conventions), pluggable and zero-copy for npy.
+"""Part decoding by extension with energon's rules: `PartDecoder` (the loader's decoder) and `SampleDecoder`
+(energon's class and constructor; a PartDecoder, so `task_encoder.decoder = SampleDecoder(...)` works).
 
-The extension is the text after the last dot of the part name, lower-cased (`seg.txt` -> `txt`). Decoding is
-off (`raw=True`) for energon's `decoder = None`: every part is returned as `bytes`.
+Order of the rules for a part named e.g. `seg.txt` (extension = text after the last dot):
+1. `.gz`: the payload is gunzipped and decoded by the rest of the name (`txt.gz` -> as `txt`);
+2. `handlers` given to PartDecoder, by lower-cased extension (our extension point);
+3. images (jpg, png, webp, ... any case) -> `image_decode` (see samples/images.py);
+4. video / audio (mp4, avi, mov, webm, mkv, flac, mp3, wav, flv) -> `av_decode` (needs PyAV);
+5. txt/text/transcript, cls/cls2/index/inx/id, json/jsn, npy, npz, pkl/pickle/pyd, pth, ten/tb, mp/msg, cbor
+   (case-sensitive, as in energon) -> see samples/payloads.py;
+6. anything else stays bytes.
+With `guess_content=True` rules 3 and 4 look at the payload's detected type (the `filetype` package) instead of
+the name. `raw=True` (energon's `decoder = None`) keeps every part as bytes.
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
 import io
-import json
+import re
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import torch
+from energon_arrow.samples.images import IMAGE_EXTENSIONS, check_image_mode, decode_image
+from energon_arrow.samples.payloads import BASIC_DECODERS
 
-TEXT_EXTS = frozenset({"txt", "text", "transcript"})
-INT_EXTS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
-JSON_EXTS = frozenset({"json", "jsn"})
-IMAGE_EXTS = frozenset(
-    {"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "tif", "tiff", "gif"}
-)
-IMAGE_MODES = ("torchrgb", "torch", "numpy", "pil")
+AV_EXTENSIONS = ("mp4", "avi", "mov", "webm", "mkv", "flac", "mp3", "wav", "flv")
+AV_MODES = ("torch", "AVDecoder", "pyav")
+
+# energon's split of a member file name into the sample key and the part name
+_FILE_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 
 
-def _text(data) -> str:
-    return str(data, "utf-8")
+def _is_av(name: str) -> bool:
+    name = name.lower()
+    return any(name == ext or name.endswith("." + ext) for ext in AV_EXTENSIONS)
 
 
-def _int(data) -> int:
-    return int(str(data, "utf-8").strip())
-
-
-def _json(data) -> Any:
-    return json.loads(str(data, "utf-8"))
-
-
-def decode_npy(data) -> np.ndarray:
-    """A `.npy` payload as an array that views the payload buffer (no copy; read-only if the buffer is)."""
-    buf = memoryview(data)
-    stream = io.BytesIO(buf[:4096].tobytes() if len(buf) > 4096 else bytes(buf))
-    version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
-    else:
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
-    count = int(np.prod(shape, dtype=np.int64))
-    arr = np.frombuffer(buf, dtype=dtype, count=count, offset=stream.tell())
-    return arr.reshape(shape, order="F" if fortran else "C")
-
-
-def _msgpack(data) -> Any:
-    import msgpack
-
-    return msgpack.unpackb(bytes(data), raw=False)
-
-
-def _image(data, mode: str) -> Any:
-    from PIL import Image
-
-    img = Image.open(io.BytesIO(data))
-    img.load()
-    if mode == "pil":
-        return img
-    arr = np.asarray(img.convert("RGB"))
-    if mode == "numpy":
-        return arr
-    t = torch.from_numpy(arr.copy()).permute(2, 0, 1)
-    return t if mode == "torch" else t.float().div_(255)
-
-
-def pillow_available() -> bool:
+def decode_av(data, av_decode: str, video_decode_audio: bool) -> Any:
+    """A video / audio payload: `av_decode="pyav"` gives a PyAV input container."""
     try:
-        import PIL  # noqa: F401
+        import av
     except ImportError:
-        return False
-    return True
+        raise ImportError(
+            "decoding a video/audio part needs PyAV (pip install av); or give the task encoder a decoder with "
+            "handlers for this extension, or decoder=None for raw bytes"
+        ) from None
+    if av_decode == "pyav":
+        return av.open(io.BytesIO(bytes(data)))
+    raise ValueError(
+        f"av_decode={av_decode!r} (energon's AVDecoder / decoded frames) is not available in energon-arrow; "
+        "use SampleDecoder(av_decode='pyav') for a PyAV container (see docs/migration.md)"
+    )
 
 
-def msgpack_available() -> bool:
-    try:
-        import msgpack  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def _gunzip_then(inner: Callable | None, data) -> Any:
+    plain = gzip.decompress(bytes(data))
+    return plain if inner is None else inner(plain)
+
+
+def _as_bytes(data) -> bytes:
+    return bytes(data)
 
 
 class PartDecoder:
-    """Decodes one part payload by its extension. `handlers` adds or overrides decoders per extension.
+    """Decodes one part payload by its name (see the module docstring for the rules).
 
-    - txt/text/transcript -> str, cls/index/... -> int, json -> object, npy -> numpy array viewing the payload,
-      mp/msgpack -> object (when msgpack is installed), images -> `image_decode` (torchrgb: float CHW in [0, 1];
-      torch: uint8 CHW; numpy: uint8 HWC; pil: PIL.Image) when Pillow is installed; anything else -> bytes.
-    - `raw=True`: every part stays bytes (energon's `decoder = None`).
+    `raw`: keep every part as bytes. `image_decode`: one of energon's image modes (default "torchrgb": float32
+    CHW RGB in [0, 1]). `handlers`: {extension: fn(payload) -> value}, tried before the built-in rules.
+    `av_decode`, `video_decode_audio`, `guess_content`: as energon's SampleDecoder.
     """
 
     def __init__(
         self,
         raw: bool = False,
         image_decode: str = "torchrgb",
-        handlers: dict[str, Callable[[memoryview], Any]] | None = None,
+        handlers: dict[str, Callable[[Any], Any]] | None = None,
+        *,
+        av_decode: str = "AVDecoder",
+        video_decode_audio: bool = False,
+        guess_content: bool = False,
     ):
-        if image_decode not in IMAGE_MODES:
-            raise ValueError(f"image_decode must be one of {IMAGE_MODES}, got {image_decode!r}")
+        self.image_spec = check_image_mode(image_decode)
+        if av_decode not in AV_MODES:
+            raise ValueError(f"av_decode must be one of {AV_MODES}, got {av_decode!r}")
+        if guess_content:
+            try:
+                import filetype  # noqa: F401
+            except ImportError:
+                raise ImportError(
+                    "guess_content=True needs the filetype package (pip install filetype)"
+                ) from None
         self.raw = raw
         self.image_decode = image_decode
-        self.handlers = dict(handlers or {})
+        self.handlers = {k.lower(): fn for k, fn in (handlers or {}).items()}
+        self.av_decode = av_decode
+        self.video_decode_audio = video_decode_audio
+        self.guess_content = guess_content
 
     def __repr__(self) -> str:
-        return f"PartDecoder(raw={self.raw}, image_decode={self.image_decode!r}, handlers={sorted(self.handlers)})"
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items())})"
+
+    def config(self) -> dict:
+        """The decoding settings (energon's keys, plus `raw` / `handlers` when set)."""
+        cfg = dict(
+            image_decode=self.image_decode,
+            av_decode=self.av_decode,
+            video_decode_audio=self.video_decode_audio,
+            guess_content=self.guess_content,
+        )
+        if self.raw:
+            cfg["raw"] = True
+        if self.handlers:
+            cfg["handlers"] = sorted(self.handlers)
+        return cfg
+
+    def _media(self, name: str) -> Callable | None:
+        if name.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS:
+            return functools.partial(decode_image, spec=self.image_spec)
+        if _is_av(name):
+            return functools.partial(
+                decode_av, av_decode=self.av_decode, video_decode_audio=self.video_decode_audio
+            )
+        return None
+
+    def _guessing(self, part: str, basic: Callable | None, data) -> Any:
+        """Images and video / audio by the payload's detected type (by `part` when undetected), else `basic`."""
+        import filetype
+
+        kind = filetype.guess(bytes(data[:8192]))
+        fn = self._media(kind.extension if kind is not None else part) or basic
+        return bytes(data) if fn is None else fn(data)
 
     def handler(self, part: str) -> Callable | None:
         """The decode function for a part name, or None when the payload stays bytes."""
         if self.raw:
             return None
-        ext = part.rsplit(".", 1)[-1].lower()
-        if ext in self.handlers:
-            return self.handlers[ext]
-        if ext in TEXT_EXTS:
-            return _text
-        if ext in INT_EXTS:
-            return _int
-        if ext in JSON_EXTS:
-            return _json
-        if ext == "npy":
-            return decode_npy
-        if ext in ("mp", "msgpack") and msgpack_available():
-            return _msgpack
-        if ext in IMAGE_EXTS and pillow_available():
-            mode = self.image_decode
-            return lambda data: _image(data, mode)
-        return None
+        if ("." + part).endswith(".gz"):
+            return functools.partial(_gunzip_then, self.handler(part[:-3]) or _as_bytes)
+        ext = part.rsplit(".", 1)[-1]
+        if ext.lower() in self.handlers:
+            return self.handlers[ext.lower()]
+        basic = BASIC_DECODERS.get(ext)
+        if self.guess_content:
+            return functools.partial(self._guessing, part, basic)
+        return self._media(part) or basic
 
-    def decode(self, part: str, data) -> Any:
+    def decode_part(self, part: str, data) -> Any:
+        """One payload of the part named `part` (e.g. "jpg", "seg.txt") decoded."""
         fn = self.handler(part)
         return bytes(data) if fn is None else fn(data)
+
+    def decode(self, fname: str, raw) -> Any:
+        """energon's FileStoreDecoder.decode: the payload of the file `fname` (e.g. "00001.jpg") decoded."""
+        m = _FILE_NAME.match(fname)
+        return self.decode_part(m.group(2) if m else "", raw)
+
+    def __call__(self, sample: dict) -> dict:
+        """A sample dict with every part decoded (energon's decoder call); `__...__` entries are kept (bytes ones
+        as text)."""
+        from energon_arrow.loader.errors import DecodeError
+
+        out = {}
+        for name, value in sample.items():
+            if name.startswith("__"):
+                out[name] = value.decode("utf-8") if isinstance(value, bytes) else value
+                continue
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"sample {sample.get('__key__')!r}: part {name!r} is not bytes: {type(value)}"
+                )
+            try:
+                out[name] = self.decode_part(name, value)
+            except Exception as exc:
+                raise DecodeError(
+                    str(sample.get("__url__", "sample")), sample.get("__key__"), name, exc
+                ) from exc
+        return out
+
+
+class SampleDecoder(PartDecoder):
+    """energon's SampleDecoder: the default part decoding with energon's keyword-only options."""
+
+    def __init__(
+        self,
+        *,
+        image_decode: str = "torchrgb",
+        av_decode: str = "AVDecoder",
+        video_decode_audio: bool = False,
+        guess_content: bool = False,
+    ):
+        super().__init__(
+            image_decode=image_decode,
+            av_decode=av_decode,
+            video_decode_audio=video_decode_audio,
+            guess_content=guess_content,
+        )

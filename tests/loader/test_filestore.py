@@ -17,12 +17,12 @@ def test_part_and_sample_by_key(prepared_root):
     assert isinstance(store, PartStore) and len(store) == 4 * 40 * 3
     data, source = store["000002_000007.txt"]
     assert data.startswith(b"sample 7 of shard 2")
-    assert source[1] == "shards/shard-000002.tar"
+    assert source.shard_name == "shards/shard-000002.tar" and source.file_names == ("000002_000007.txt",)
     whole, _ = store["000002_000007"]
     assert sorted(whole) == ["jpg", "json", "txt"] and whole["txt"] == data
-    sample = ea.TextSample(__key__="x", text="")
+    sample = ea.TextSample(__key__="x", __restore_key__=(), text="")
     assert store.get("000001_000001.json", sample).startswith(b"{")
-    assert sample.__sources__[0][3] == "000001_000001.json"
+    assert sample.__sources__[0].file_names == ("000001_000001.json",)
     decoded = PartStore(prepared_root, decoder=PartDecoder())
     assert decoded["000001_000001.json"][0]["label"] == 1
     with pytest.raises(LoaderError, match="no part or sample named 'nope.txt'"):
