@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from energon_arrow.adapters import open_storage
 from energon_arrow.adapters.publish import RemoteFolderUpload, private_prefix, remove_abandoned
 from energon_arrow.index.discover import discover_shards
+from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.side_index import SideIndexWriter, read_side_index
 from energon_arrow.index.sqlite_pages import IndexSqliteWriter
 from energon_arrow.index.sqlite_writer import DuplicateKeyError
@@ -254,6 +255,8 @@ def prepare_dataset(
             if reuse[f.path]:
                 index = previous.shard_rows(f.path)
                 result.reused += 1
+                if index.fingerprint is None:  # indexed by a version that did not record fingerprints
+                    index.fingerprint = read_fingerprints(storage, [(f.path, f.size, index.data_end)])[0]
                 if files.get(tar_index_name(f.path)) != 8 * (index.sample_count + 1):
                     write_tar_index(storage, f.path, index.tar_index())
             else:
