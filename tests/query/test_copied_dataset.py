@@ -171,3 +171,27 @@ def test_uploaded_dataset_loads_and_changes_are_detected(prepared, s3_root):
     with pytest.raises(StaleIndexError, match=r"different content fingerprint"):
         open_dataset(url, options)
     assert open_dataset(url, options, verify=False).sql("SELECT count(*) FROM shards").scalar() == 4
+
+
+@pytest.mark.s3
+@pytest.mark.conformance
+def test_energon_loads_the_upload_too(prepared, s3_root, s3_server, tmp_path, monkeypatch):
+    """energon reads S3 through multi-storage-client: an `msc://profile/prefix` path and a profile config."""
+    energon = pytest.importorskip("megatron.energon")
+    from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+
+    url, options = s3_root
+    upload(prepared, url, options)
+    bucket, prefix = url.removeprefix("s3://").split("/", 1)
+    profile = f"ea{prefix}"
+    config = tmp_path / "msc.yaml"
+    config.write_text(
+        f"profiles:\n  {profile}:\n"
+        f"    storage_provider:\n      type: s3\n      options:\n        base_path: {bucket}\n"
+        f"        endpoint_url: {s3_server.endpoint_url}\n        region_name: us-east-1\n"
+        f"    credentials_provider:\n      type: S3Credentials\n"
+        f"      options:\n        access_key: {ACCESS_KEY}\n        secret_key: {SECRET_KEY}\n"
+    )
+    monkeypatch.setenv("MSC_CONFIG", str(config))
+    keys = val_keys(ea, url, storage_options=options)
+    assert len(keys) == 20 and sorted(val_keys(energon, f"msc://{profile}/{prefix}")) == sorted(keys)
