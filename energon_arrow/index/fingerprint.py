@@ -9,13 +9,15 @@ reads a whole shard.
 
 - `fingerprint_ranges(size, data_end) -> [(offset, length)]`
 - `fingerprint_of(size, data_end, chunks) -> str` (hex) of the bytes of those ranges
-- `read_fingerprints(storage, [(path, size, data_end)]) -> [str]`: all shards at once (one `read_ranges` call:
-  concurrent fetches on object stores).
+- `read_fingerprints(storage, [(path, size, data_end)]) -> [str]`: all shards at once (exact ranged reads,
+  concurrent on object stores).
 """
 
 from __future__ import annotations
 
 import hashlib
+
+from energon_arrow.adapters.fetch import fetch_groups
 
 FINGERPRINT_WINDOW = 4096
 FINGERPRINT_WINDOWS = 5
@@ -43,15 +45,15 @@ def fingerprint_of(size: int, data_end: int, chunks) -> str:
 
 def read_fingerprints(storage, shards: list[tuple[str, int, int]]) -> list[str]:
     """The current fingerprint of each `(path, size, data_end)` whose size is still `size` (the windows lie inside
-    it), with one `read_ranges` call: concurrent fetches on object stores, nearby windows coalesced."""
-    rels, offsets, lengths, owner = [], [], [], []
+    it). Exactly the windows are fetched, never coalesced into larger reads; concurrently on object stores."""
+    rels, starts, ends, owner = [], [], [], []
     for i, (path, size, data_end) in enumerate(shards):
         for offset, length in fingerprint_ranges(size, data_end):
             rels.append(path)
-            offsets.append(offset)
-            lengths.append(length)
+            starts.append(offset)
+            ends.append(offset + length)
             owner.append(i)
     chunks: list[list] = [[] for _ in shards]
-    for i, view in zip(owner, storage.read_ranges(rels, offsets, lengths) if rels else []):
-        chunks[i].append(view)
+    for i, data in zip(owner, fetch_groups(storage, rels, starts, ends) if rels else []):
+        chunks[i].append(data)
     return [fingerprint_of(size, data_end, chunks[i]) for i, (_, size, data_end) in enumerate(shards)]

@@ -165,11 +165,7 @@ def verify_shards(storage: Storage, shards: pa.Table, expected: list[str]) -> No
         )
     listing = {f.path: f for f in storage.scan("**/*.tar")}
     rows = zip(
-        paths,
-        *(
-            shards.column(c).to_pylist() if c in shards.schema.names else [None] * len(paths)
-            for c in ("size", "mtime", "etag", "data_end", "fingerprint")
-        ),
+        paths, *(shards.column(c).to_pylist() for c in ("size", "mtime", "etag", "data_end", "fingerprint"))
     )
     to_fingerprint: list[tuple[str, int, int, str]] = []
     unverified: list[str] = []
@@ -182,14 +178,9 @@ def verify_shards(storage: Storage, shards: pa.Table, expected: list[str]) -> No
             )
         if now.size != size:
             _raise_changed(storage, path, f"size {size} -> {now.size}")
-        if etag and now.etag:
-            if etag == now.etag:
-                continue
-            moved = f"ETag {etag} -> {now.etag}"
-        elif mtime is None or now.mtime is None or mtime == now.mtime:
+        moved = _moved(mtime, etag, now)
+        if moved is None:
             continue
-        else:
-            moved = f"mtime {mtime} -> {now.mtime}"
         if fingerprint is not None:
             to_fingerprint.append((path, size, data_end, fingerprint))
         elif moved.startswith("mtime"):
@@ -205,6 +196,16 @@ def verify_shards(storage: Storage, shards: pa.Table, expected: list[str]) -> No
             len(unverified),
             unverified[0],
         )
+
+
+def _moved(mtime, etag, now) -> str | None:
+    """How a shard of unchanged size differs from its recorded mtime/ETag ("ETag ..." or "mtime ..."), None if
+    it does not: ETags are compared when both sides have one, else mtimes when both have one."""
+    if etag and now.etag:
+        return None if etag == now.etag else f"ETag {etag} -> {now.etag}"
+    if mtime is None or now.mtime is None or mtime == now.mtime:
+        return None
+    return f"mtime {mtime} -> {now.mtime}"
 
 
 def _check_fingerprints(storage: Storage, shards: list[tuple[str, int, int, str]]) -> None:
