@@ -145,6 +145,11 @@ class SideIndex:
         row = self.shards.slice(i, 1).to_pylist()[0]
         return row["size"], row["mtime"], row["etag"]
 
+    def content(self, path: str) -> tuple[int, str | None]:
+        """(data_end, fingerprint) recorded for an indexed shard."""
+        i = self._by_path[path]
+        return self.shards.column("data_end")[i].as_py(), self.shards.column("fingerprint")[i].as_py()
+
     def shard_rows(self, path: str) -> ShardIndex:
         i = self._by_path[path]
         sid = self.shards.column("shard_id")[i].as_py()

@@ -125,6 +125,21 @@ def test_size_change_is_detected_without_reading(prepared, tmp_path):
         open_dataset(copy)
 
 
+def test_prepare_of_a_copy_reuses_unchanged_shards(prepared, tmp_path):
+    copy = cp_r(prepared, str(tmp_path / "copy"))
+    overwrite_same_size(f"{copy}/{SHARD}")
+    result = prepare_dataset(copy, PrepareOptions(split_ratio=parse_split_ratio("3,1,0"), num_workers=1))
+    assert (result.reused, result.indexed) == (3, 1)  # the changed shard is read again, the copies are not
+    shards = pq.read_table(f"{copy}/.nv-meta/arrow/shards.parquet").to_pydict()
+    i = shards["path"].index(SHARD)
+    assert shards["mtime"][i] == os.stat(f"{copy}/{SHARD}").st_mtime
+    assert (
+        shards["fingerprint"]
+        != pq.read_table(f"{prepared}/.nv-meta/arrow/shards.parquet")["fingerprint"].to_pylist()
+    )
+    assert open_dataset(copy).sql("SELECT count(*) FROM samples").scalar() == 80
+
+
 def _drop_fingerprints(root: str) -> None:
     """What a side index written before fingerprints existed looks like."""
     path = f"{root}/.nv-meta/arrow/shards.parquet"
