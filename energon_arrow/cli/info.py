@@ -16,7 +16,11 @@ from energon_arrow.cli.common import storage_options
 @click.option(
     "--dataset-config", default="dataset.yaml", show_default=True, help="Dataset config in .nv-meta/."
 )
-@click.option("--no-verify", is_flag=True, help="Skip comparing shard sizes/mtimes/ETags with the index.")
+@click.option(
+    "--no-verify",
+    is_flag=True,
+    help="Skip checking shards against the index (size, mtime/ETag, content fingerprint).",
+)
 @storage_options
 def command(dataset, as_json, split_config, dataset_config, no_verify, storage_options):
     """Summarise a prepared dataset: samples, bytes, shards, sample type, splits, part types."""

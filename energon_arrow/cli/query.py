@@ -50,7 +50,11 @@ def write_output(target: str, data: bytes, options: dict) -> None:
     "--output", "-o", default=None, metavar="FILE", help="Write the result here (local path or URL)."
 )
 @click.option("--max-rows", default=50, show_default=True, help="Rows shown by --format table.")
-@click.option("--no-verify", is_flag=True, help="Skip comparing shard sizes/mtimes/ETags with the index.")
+@click.option(
+    "--no-verify",
+    is_flag=True,
+    help="Skip checking shards against the index (size, mtime/ETag, content fingerprint).",
+)
 @click.option("--split-config", default="split.yaml", show_default=True, help="Split config in .nv-meta/.")
 @storage_options
 def command(dataset, sql, fmt, output, max_rows, no_verify, split_config, storage_options):

@@ -147,6 +147,7 @@ def _shards_table(storage: Storage, samples: pa.Table, shard_names: list[str], c
             "mtime": [f.mtime for f in infos],
             "etag": [f.etag for f in infos],
             "data_end": ends,
+            "fingerprint": pa.nulls(n, pa.string()),  # not computed: converting reads no shard bytes
         },
         schema=SHARDS_SCHEMA,
     )

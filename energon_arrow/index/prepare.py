@@ -1,11 +1,11 @@
 """`prepare_dataset`: index a WebDataset folder (local or object store) into energon's `.nv-meta` + side indexes.
 
 Steps: discover shards (`discover.py`); reuse the rows of shards whose identity (size, mtime, ETag) matches the
-previous side index unless `force` (incremental prepare); index the others in parallel (`workers.py`, which also
-writes each shard's `.tar.idx`); insert the rows into `index.sqlite` and stream the Parquet side indexes as shards
-complete, in shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end
-(`Storage.publish_folder`). Everything is built in a private temporary folder, so an error or an interrupt
-leaves the previous `.nv-meta` as it was.
+previous side index, or whose size and content fingerprint do (copies, uploads), unless `force` (incremental
+prepare); index the others in parallel (`workers.py`, which also writes each shard's `.tar.idx`); insert the rows
+into `index.sqlite` and stream the Parquet side indexes as shards complete, in shard order; split shards
+(`meta.split`); publish `.nv-meta` as one set at the end (`Storage.publish_folder`). Everything is built in a
+private temporary folder, so an error or an interrupt leaves the previous `.nv-meta` as it was.
 
 Bad shards (`TarFormatError`, duplicate keys across shards) fail the prepare, or with `skip_bad_shards` are left
 out and reported in `PrepareResult.bad_shards`.
@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from energon_arrow.adapters import open_storage
 from energon_arrow.adapters.publish import RemoteFolderUpload, private_prefix, remove_abandoned
 from energon_arrow.index.discover import discover_shards
+from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.side_index import SideIndexWriter, read_side_index
 from energon_arrow.index.sqlite_pages import IndexSqliteWriter
 from energon_arrow.index.sqlite_writer import DuplicateKeyError
@@ -135,9 +136,18 @@ def plan_prepare(storage, options: PrepareOptions) -> Plan:
         )
     previous = None if options.force else read_side_index(storage)
     reuse: dict[str, bool] = {}
+    moved = []  # same size, other mtime/ETag: copied or uploaded shards are reused when their content is the same
     for f in shards:
         ident = previous.identity(f.path) if previous else None
         reuse[f.path] = ident is not None and ident == (f.size, f.mtime, f.etag)
+        if ident is not None and not reuse[f.path] and ident[0] == f.size:
+            data_end, fingerprint = previous.content(f.path)
+            if fingerprint is not None:
+                moved.append((f.path, f.size, data_end, fingerprint))
+    if moved:
+        now = read_fingerprints(storage, [(path, size, end) for path, size, end, _ in moved])
+        for (path, _, _, recorded), current in zip(moved, now):
+            reuse[path] = current == recorded
     removed = 0
     if previous is not None:
         current = {f.path for f in shards}
@@ -254,6 +264,8 @@ def prepare_dataset(
             if reuse[f.path]:
                 index = previous.shard_rows(f.path)
                 result.reused += 1
+                if index.fingerprint is None:  # indexed by a version that did not record fingerprints
+                    index.fingerprint = read_fingerprints(storage, [(f.path, f.size, index.data_end)])[0]
                 if files.get(tar_index_name(f.path)) != 8 * (index.sample_count + 1):
                     write_tar_index(storage, f.path, index.tar_index())
             else:

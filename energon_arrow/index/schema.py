@@ -20,6 +20,7 @@ SHARDS_SCHEMA = pa.schema(
         pa.field("mtime", pa.float64()),  # seconds since epoch, when the store has one
         pa.field("etag", pa.string()),  # object stores only
         pa.field("data_end", pa.int64(), nullable=False),  # end of the last member's padded data
+        pa.field("fingerprint", pa.string()),  # index.fingerprint of the content; None: not recorded
     ]
 )
 
@@ -43,4 +44,18 @@ PARTS_SCHEMA = pa.schema(
     ]
 )
 
+# Columns that side indexes written by earlier versions lack; readers add them as nulls.
+OPTIONAL_COLUMNS = {"shards": ("fingerprint",)}
+
 SIDE_INDEX_FILES = {"shards": SHARDS_SCHEMA, "samples": SAMPLES_SCHEMA, "parts": PARTS_SCHEMA}
+
+
+def with_optional_columns(table: pa.Table, name: str) -> pa.Table:
+    """`table` (side-index file `name`) with the optional columns it lacks added as nulls."""
+    schema = SIDE_INDEX_FILES[name]
+    for column in OPTIONAL_COLUMNS.get(name, ()):
+        if column not in table.schema.names:
+            table = table.append_column(
+                schema.field(column), pa.nulls(table.num_rows, schema.field(column).type)
+            )
+    return table

@@ -1,7 +1,7 @@
 """Parquet side indexes under `.nv-meta/arrow/` (schemas in `energon_arrow.index.schema`, docs/format.md).
 
 - `SideIndexWriter(folder)`: streaming writers for `shards.parquet`, `samples.parquet`, `parts.parquet`;
-  `.add_shard(shard_id, path, identity, index)` appends one shard (rows stay in shard_id order when shards are
+  `.add_shard(shard_id, path, size, mtime, etag, index)` appends one shard (rows stay in shard_id order when shards are
   added in that order), `.close() -> {relative name: local path}` for `Storage.publish_folder`.
 - `read_side_index(storage) -> SideIndex | None`: the previous side index of a dataset (None when absent), with
   `.shard_rows(path)` giving back an indexed shard's rows (for incremental prepare).
@@ -20,7 +20,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from energon_arrow.adapters import NotFound
-from energon_arrow.index.schema import PARTS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA, SIDE_INDEX_DIR
+from energon_arrow.index.schema import (
+    PARTS_SCHEMA,
+    SAMPLES_SCHEMA,
+    SHARDS_SCHEMA,
+    SIDE_INDEX_DIR,
+    with_optional_columns,
+)
 from energon_arrow.tar.arrow import from_bytes_list, from_numpy, ints_to_numpy
 from energon_arrow.tar.samples import ShardIndex
 
@@ -83,7 +89,7 @@ class SideIndexWriter:
                 ],
             )
         )
-        self._shards.append((shard_id, path, n, size, mtime, etag, index.data_end))
+        self._shards.append((shard_id, path, n, size, mtime, etag, index.data_end, index.fingerprint))
         self._pending_rows += m
         self._flush()
 
@@ -91,8 +97,8 @@ class SideIndexWriter:
         self._flush(force=True)
         self._samples.close()
         self._parts.close()
-        ids, paths, counts, sizes, mtimes, etags, ends = (
-            (list(c) for c in zip(*self._shards)) if self._shards else ([[] for _ in range(7)])
+        ids, paths, counts, sizes, mtimes, etags, ends, fingerprints = (
+            (list(c) for c in zip(*self._shards)) if self._shards else ([[] for _ in range(8)])
         )
         mtime_valid = np.array([m is not None for m in mtimes], dtype=bool)
         table = pa.Table.from_arrays(
@@ -104,6 +110,7 @@ class SideIndexWriter:
                 from_numpy(np.array([m or 0.0 for m in mtimes], dtype=np.float64), np.float64, mtime_valid),
                 from_bytes_list(etags, pa.string()),
                 from_numpy(np.array(ends, dtype=np.int64)),
+                from_bytes_list(fingerprints, pa.string()),
             ],
             schema=SHARDS_SCHEMA,
         )
@@ -138,6 +145,11 @@ class SideIndex:
         row = self.shards.slice(i, 1).to_pylist()[0]
         return row["size"], row["mtime"], row["etag"]
 
+    def content(self, path: str) -> tuple[int, str | None]:
+        """(data_end, fingerprint) recorded for an indexed shard."""
+        i = self._by_path[path]
+        return self.shards.column("data_end")[i].as_py(), self.shards.column("fingerprint")[i].as_py()
+
     def shard_rows(self, path: str) -> ShardIndex:
         i = self._by_path[path]
         sid = self.shards.column("shard_id")[i].as_py()
@@ -154,6 +166,7 @@ class SideIndex:
             part_offsets=ints_to_numpy(parts.column("content_offset")),
             part_sizes=ints_to_numpy(parts.column("content_size")),
             data_end=self.shards.column("data_end")[i].as_py(),
+            fingerprint=self.shards.column("fingerprint")[i].as_py(),
         )
 
 
@@ -174,7 +187,7 @@ def read_side_index(storage) -> SideIndex | None:
             data = storage.read_bytes(f"{SIDE_INDEX_DIR.split('/', 1)[0]}/{rel}")
         except NotFound:
             return None
-        tables[name] = _read(io.BytesIO(data))
+        tables[name] = with_optional_columns(_read(io.BytesIO(data)), name)
     for name, schema in (("shards", SHARDS_SCHEMA), ("samples", SAMPLES_SCHEMA), ("parts", PARTS_SCHEMA)):
         if tables[name].schema.names != schema.names:
             return None

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from energon_arrow.adapters.errors import classify
 from energon_arrow.adapters.publish import put_objects
+from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
@@ -29,6 +30,7 @@ def index_one(storage, rel: str, size: int, write_tar_idx: bool) -> ShardIndex |
         result = index_shard(storage, rel, size)
     except TarFormatError as exc:
         return exc
+    result.fingerprint = read_fingerprints(storage, [(rel, size, result.data_end)])[0]  # a few small reads
     if write_tar_idx:
         write_tar_index(storage, rel, result.tar_index())
     return result

@@ -122,6 +122,7 @@ def open_split(
     subflavors: dict | None = None,
     dataset_yaml: str = "dataset.yaml",
     split_config: str = "split.yaml",
+    verify: bool = True,
 ) -> SplitSource:
     """The effective sample table of `split` (exclusions applied, shards checked against the index) and the
     dataset.yaml of a prepared dataset, local or on S3."""
@@ -129,7 +130,7 @@ def open_split(
     from energon_arrow.query import open_dataset
 
     storage = path if isinstance(path, Storage) else open_storage(path, storage_options)
-    with open_dataset(storage, split_config=split_config) as ds:
+    with open_dataset(storage, split_config=split_config, verify=verify) as ds:
         table = ds.split(split)
         parts = ds.sql(_PARTS_SQL, [split]).arrow()
     config = read_dataset_yaml(storage, dataset_yaml)

@@ -9,7 +9,7 @@ Stable API (other parts import from here):
 - `split.yaml`: `SplitConfig(split_parts, exclude)` (`.expanded()`, `.shards(part)`, `.excluded_shards()`,
   `.excluded_samples()`), `parse_split`, `read_split(storage, name)`, `split_yaml_bytes`; split arithmetic:
   `parse_split_ratio`, `ratio_split(shards, ratios, shuffle_seed)`, `parse_split_parts`, `pattern_split`,
-  `unmatched_parts`; brace expressions: `expand_braces`, `collapse_names`.
+  `unmatched_parts`; brace expressions (the braceexpand package, as energon): `expand_braces`, `collapse_names`.
 - `dataset.yaml`: `DatasetYaml`, `parse_dataset_yaml`, `read_dataset_yaml`, `dataset_yaml_bytes`,
   `field_map_dataset`, `sample_loader_dataset`, `crude_dataset`, `check_sample_type`, `parse_field_map`,
   `field_map_parts`, `check_field_map`, `sample_loader_py`; sample types: `SAMPLE_TYPES`, `CRUDE`.

@@ -1,102 +1,43 @@
 """Brace expressions as energon writes and reads them in split.yaml: `shard-{000..050}.tar`, `{a,b}`.
 
-`expand_braces(text) -> list[str]` follows the bash-like rules of the `braceexpand` package energon uses:
-comma alternatives, integer ranges `{a..b}` / `{a..b..step}` (zero padded to the widest bound when a bound has a
-leading zero), character ranges `{a..e}`, nesting, and `\\{` escapes. A brace without a matching close or
-without a comma/range inside stays literal.
+`expand_braces(text, where=None) -> list[str]` is the `braceexpand` package's expansion, the one energon applies to
+split.yaml entries, exclude entries and `--split-parts` patterns (comma alternatives, integer ranges with steps and
+zero padding, character ranges, nesting, backslash escapes, unbalanced braces refused), with a MetaError that names
+the pattern (and `where` it came from); `check_braces(text, where)` only checks. `collapse_names(names)` writes consecutive shard names as `{lo..hi}` ranges.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 
-_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$")
-_CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?$")
+from braceexpand import UnbalancedBracesError, braceexpand
+
+from energon_arrow.meta.errors import MetaError
+
+_SPECIAL = re.compile(r"[{}\\]")
 
 
-def expand_braces(text: str) -> list[str]:
-    """All strings a brace expression stands for, in order (no braces: `[text]`)."""
-    if "{" not in text and "\\" not in text:  # fast path: split.yaml may hold many plain entries
+def expand_braces(text: str, where: str | None = None) -> list[str]:
+    """All strings a brace expression stands for, in braceexpand's order (nothing special in it: `[text]`)."""
+    if _SPECIAL.search(text) is None:  # fast path: split.yaml may hold many plain entries
         return [text]
-    return [_unescape(s) for s in _expand(text)]
+    return list(_expansions(text, where))
 
 
-def _unescape(text: str) -> str:
-    return re.sub(r"\\(.)", r"\1", text)
+def check_braces(text: str, where: str | None = None) -> None:
+    """Raise the MetaError of `expand_braces` for a pattern braceexpand refuses, without expanding it."""
+    if _SPECIAL.search(text) is not None:
+        _expansions(text, where)
 
 
-def _find_group(text: str) -> tuple[int, int, list[str]] | None:
-    """First `{...}` group that expands: (start, end, items) with items split on top-level commas."""
-    i = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            depth = 0
-            j = i
-            items: list[str] = []
-            last = i + 1
-            while j < n:
-                cj = text[j]
-                if cj == "\\":
-                    j += 2
-                    continue
-                if cj == "{":
-                    depth += 1
-                elif cj == "}":
-                    depth -= 1
-                    if depth == 0:
-                        items.append(text[last:j])
-                        if len(items) > 1 or _range_items(items[0]) is not None:
-                            return i, j + 1, items
-                        break
-                elif cj == "," and depth == 1:
-                    items.append(text[last:j])
-                    last = j + 1
-                j += 1
-        i += 1
-    return None
-
-
-def _range_items(body: str) -> list[str] | None:
-    m = _INT_RANGE.match(body)
-    if m:
-        lo_s, hi_s, step_s = m.groups()
-        lo, hi = int(lo_s), int(hi_s)
-        step = abs(int(step_s)) if step_s else 1
-        step = step or 1
-        width = 0
-        if any(len(s.lstrip("-")) > 1 and s.lstrip("-").startswith("0") for s in (lo_s, hi_s)):
-            width = max(len(lo_s), len(hi_s))
-        values = range(lo, hi + 1, step) if lo <= hi else range(lo, hi - 1, -step)
-        return [str(v).zfill(width) if width else str(v) for v in values]
-    m = _CHAR_RANGE.match(body)
-    if m:
-        lo_c, hi_c, step_s = m.groups()
-        step = abs(int(step_s)) if step_s else 1
-        step = step or 1
-        lo, hi = ord(lo_c), ord(hi_c)
-        values = range(lo, hi + 1, step) if lo <= hi else range(lo, hi - 1, -step)
-        return [chr(v) for v in values]
-    return None
-
-
-def _expand(text: str) -> list[str]:
-    group = _find_group(text)
-    if group is None:
-        return [text]
-    start, end, items = group
-    prefix, suffix = text[:start], text[end:]
-    if len(items) == 1:
-        alternatives = _range_items(items[0]) or []
-    else:
-        alternatives = list(itertools.chain.from_iterable(_expand(item) for item in items))
-    tails = _expand(suffix)
-    return [prefix + alt + tail for alt in alternatives for tail in tails]
+def _expansions(text: str, where: str | None):
+    try:
+        return braceexpand(text)  # parses (and refuses unbalanced braces) now, expands lazily
+    except UnbalancedBracesError:
+        raise MetaError(
+            f"{where + ': ' if where else ''}unbalanced braces in {text!r} "
+            "(write a literal brace as \\{ or \\})"
+        ) from None
 
 
 def collapse_names(names: list[str]) -> list[str]:

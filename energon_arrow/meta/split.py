@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from energon_arrow.adapters import NotFound
 from energon_arrow.meta._yaml import dump_yaml, parse_json, parse_yaml
-from energon_arrow.meta.braces import collapse_names, expand_braces
+from energon_arrow.meta.braces import check_braces, collapse_names, expand_braces
 from energon_arrow.meta.constants import META_DIR, SPLIT_YAML
 from energon_arrow.meta.errors import MetaError
 
@@ -95,6 +95,11 @@ def parse_split(text: str, where: str = SPLIT_YAML, json_format: bool = False) -
     exclude = raw.get("exclude") or []
     if not isinstance(exclude, list) or not all(isinstance(e, str) for e in exclude):
         raise MetaError(f"{where}: 'exclude' must be a list of shard paths or '<shard>/<sample key>' entries")
+    for name, entries in out.items():
+        for e in entries:
+            check_braces(e, f"{where}: split_parts[{name!r}]")
+    for e in exclude:
+        check_braces(e, f"{where}: exclude")
     return SplitConfig(out, list(exclude))
 
 
@@ -159,7 +164,7 @@ def parse_split_parts(specs: list[str] | tuple[str, ...]) -> list[tuple[str, str
         name, sep, pattern = spec.partition(":")
         if not sep or not name:
             raise MetaError(f"--split-parts {spec!r}: expected NAME:REGEX, like train:shards/train-.*")
-        for piece in expand_braces(pattern):
+        for piece in expand_braces(pattern, f"--split-parts {spec!r}"):
             try:
                 re.compile(piece)
             except re.error as exc:

@@ -2,7 +2,8 @@
 
 Order of preference: `.nv-meta/arrow/*.parquet` written by `energon-arrow prepare` (or by an earlier conversion);
 otherwise energon's `index.sqlite`, converted once and published next to it (kept in memory when the dataset is not
-writable). Verification compares every shard's recorded identity (size, mtime, ETag) with one listing of the store.
+writable). Verification compares every shard's recorded size, mtime and ETag with one listing of the store, and
+reads the content fingerprint of shards whose size is unchanged but whose mtime/ETag moved (copies, uploads).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from energon_arrow.adapters import Storage, StorageError
+from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.from_sqlite import (
     META_SOURCE,
     META_UUID,
@@ -22,7 +24,12 @@ from energon_arrow.index.from_sqlite import (
     side_index_from_sqlite,
     write_side_index,
 )
-from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
+from energon_arrow.index.schema import (
+    OPTIONAL_COLUMNS,
+    SIDE_INDEX_DIR,
+    SIDE_INDEX_FILES,
+    with_optional_columns,
+)
 from energon_arrow.meta.info import info_exists
 from energon_arrow.meta.uuid_file import read_index_uuid
 from energon_arrow.query.errors import NotPreparedError, StaleIndexError
@@ -54,7 +61,10 @@ def _read_parquet(storage: Storage, rel: str) -> pa.Table:
 
 
 def _missing_columns(schema: pa.Schema, name: str, storage: Storage) -> None:
-    missing = [f.name for f in SIDE_INDEX_FILES[name] if f.name not in schema.names]
+    optional = OPTIONAL_COLUMNS.get(name, ())
+    missing = [
+        f.name for f in SIDE_INDEX_FILES[name] if f.name not in schema.names and f.name not in optional
+    ]
     if missing:
         rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
         raise NotPreparedError(
@@ -87,9 +97,9 @@ def _read_side_index(storage: Storage) -> dict[str, pa.Table]:
         if name != "shards":
             _missing_columns(_read_schema(storage, f"{SIDE_INDEX_DIR}/{name}.parquet"), name, storage)
     schema = SIDE_INDEX_FILES["shards"]
-    return {
-        "shards": shards.select(schema.names).cast(schema).replace_schema_metadata(shards.schema.metadata)
-    }
+    metadata = shards.schema.metadata
+    shards = with_optional_columns(shards, "shards")
+    return {"shards": shards.select(schema.names).cast(schema).replace_schema_metadata(metadata)}
 
 
 def _convert(storage: Storage, publish: bool) -> SideIndex:
@@ -135,7 +145,15 @@ def load_side_index(storage: Storage, publish: bool = True) -> SideIndex:
 
 
 def verify_shards(storage: Storage, shards: pa.Table, expected: list[str]) -> None:
-    """Raise StaleIndexError naming the first shard whose identity differs from what the index recorded."""
+    """Raise StaleIndexError naming the first shard that changed since it was indexed.
+
+    One listing of the store gives every shard's size, mtime and ETag. A different size is a change. The same
+    size with the same ETag (or, without ETags, the same mtime) is unchanged. The same size with another
+    mtime/ETag is what a copy or an upload gives: the content fingerprint recorded by prepare decides, read
+    for those shards only (`index.fingerprint`: a few small ranged reads each). An index without fingerprints
+    (written by an earlier version, or converted from index.sqlite) accepts such a shard when only the mtime
+    differs, and logs that its content could not be checked.
+    """
     paths = shards.column("path").to_pylist()
     if paths != expected:
         extra = (
@@ -146,25 +164,66 @@ def verify_shards(storage: Storage, shards: pa.Table, expected: list[str]) -> No
             f"{extra[0]}); refresh it with {_prepare_hint(storage)}"
         )
     listing = {f.path: f for f in storage.scan("**/*.tar")}
-    sizes = shards.column("size").to_pylist()
-    mtimes = shards.column("mtime").to_pylist()
-    etags = shards.column("etag").to_pylist()
-    for path, size, mtime, etag in zip(paths, sizes, mtimes, etags):
+    rows = zip(
+        paths, *(shards.column(c).to_pylist() for c in ("size", "mtime", "etag", "data_end", "fingerprint"))
+    )
+    to_fingerprint: list[tuple[str, int, int, str]] = []
+    unverified: list[str] = []
+    for path, size, mtime, etag, data_end, fingerprint in rows:
         now = listing.get(path)
         if now is None:
             raise StaleIndexError(
                 f"{storage.url_of(path)}: shard is in the index but missing on storage; "
                 f"refresh the index with {_prepare_hint(storage)}"
             )
-        what = None
         if now.size != size:
-            what = f"size {size} -> {now.size}"
-        elif etag and now.etag and etag != now.etag:
-            what = f"ETag {etag} -> {now.etag}"
-        elif not (etag and now.etag) and mtime is not None and now.mtime is not None and mtime != now.mtime:
-            what = f"mtime {mtime} -> {now.mtime}"
-        if what:
-            raise StaleIndexError(
-                f"{storage.url_of(path)}: shard changed since it was indexed ({what}); "
-                f"refresh the index with {_prepare_hint(storage)}"
-            )
+            _raise_changed(storage, path, f"size {size} -> {now.size}")
+        moved = _moved(mtime, etag, now)
+        if moved is None:
+            continue
+        if fingerprint is not None:
+            to_fingerprint.append((path, size, data_end, fingerprint))
+        elif moved.startswith("mtime"):
+            unverified.append(path)
+        else:
+            _raise_changed(storage, path, moved)
+    _check_fingerprints(storage, to_fingerprint)
+    if unverified:
+        log.warning(
+            "%s: %d shard(s) have new modification times but their old size (first: %s) and the side index has "
+            "no content fingerprints to check them; `energon-arrow prepare` records them",
+            storage.url,
+            len(unverified),
+            unverified[0],
+        )
+
+
+def _moved(mtime, etag, now) -> str | None:
+    """How a shard of unchanged size differs from its recorded mtime/ETag ("ETag ..." or "mtime ..."), None if
+    it does not: ETags are compared when both sides have one, else mtimes when both have one."""
+    if etag and now.etag:
+        return None if etag == now.etag else f"ETag {etag} -> {now.etag}"
+    if mtime is None or now.mtime is None or mtime == now.mtime:
+        return None
+    return f"mtime {mtime} -> {now.mtime}"
+
+
+def _check_fingerprints(storage: Storage, shards: list[tuple[str, int, int, str]]) -> None:
+    if not shards:
+        return
+    current = read_fingerprints(storage, [(path, size, data_end) for path, size, data_end, _ in shards])
+    for (path, _, _, recorded), now in zip(shards, current):
+        if now != recorded:
+            _raise_changed(storage, path, "same size, different content fingerprint")
+    log.info(
+        "%s: %d shard(s) have new modification times or ETags but unchanged content (copied or uploaded)",
+        storage.url,
+        len(shards),
+    )
+
+
+def _raise_changed(storage: Storage, path: str, what: str):
+    raise StaleIndexError(
+        f"{storage.url_of(path)}: shard changed since it was indexed ({what}); "
+        f"refresh the index with {_prepare_hint(storage)}"
+    )

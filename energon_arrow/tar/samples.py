@@ -34,6 +34,7 @@ class ShardIndex:
     part_offsets: np.ndarray  # int64
     part_sizes: np.ndarray  # int64
     data_end: int
+    fingerprint: str | None = None  # energon_arrow.index.fingerprint of the shard, set by prepare's workers
 
     @property
     def sample_count(self) -> int:
