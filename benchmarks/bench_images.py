@@ -101,7 +101,7 @@ def _energon(root: str, te_factory=None) -> float:
 
 def _payloads(root: str, limit: int) -> list[bytes]:
     out = []
-    shards = sorted(os.listdir(os.path.join(root, "shards")))
+    shards = sorted(f for f in os.listdir(os.path.join(root, "shards")) if f.endswith(".tar"))
     for name in shards:
         with tarfile.open(os.path.join(root, "shards", name)) as tar:
             for m in tar:

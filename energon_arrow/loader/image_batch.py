@@ -17,15 +17,12 @@ from energon_arrow.samples.decoders import ImageDecode
 from energon_arrow.samples.image_decode_into import open_image, pixel_shape, write_pixels
 
 
-def _header_sizes(payloads: list) -> np.ndarray:
-    """(width, height) of every payload from its header (nothing decoded yet)."""
+def _open_all(payloads: list) -> tuple[list, np.ndarray]:
+    """Every payload opened (header read, nothing decoded yet) and their (width, height)."""
     from PIL import Image
 
-    sizes = np.empty((len(payloads), 2), np.int64)
-    for i, data in enumerate(payloads):
-        with Image.open(io.BytesIO(data)) as img:
-            sizes[i] = img.size
-    return sizes
+    images = [Image.open(io.BytesIO(data)) for data in payloads]
+    return images, np.array([img.size for img in images], np.int64).reshape(-1, 2)
 
 
 def _place(out: np.ndarray, height: int, width: int, layout: str, channels: int) -> np.ndarray:
@@ -52,15 +49,15 @@ def image_column(
     dtype = torch.float32 if as_float else torch.uint8
     n = len(payloads)
     if opts.size is not None:
-        sizes = np.tile(np.array([opts.size[1], opts.size[0]], np.int64), (n, 1))
+        images, sizes = [None] * n, np.tile(np.array([opts.size[1], opts.size[0]], np.int64), (n, 1))
     else:
-        sizes = _header_sizes(payloads)
+        images, sizes = _open_all(payloads)
     width, height = sizes.max(axis=0).tolist()
     out = alloc.tensor((n, *pixel_shape(height, width, channels, opts.layout)), dtype, field)
     arr = out.numpy()
     padded = bool((sizes != (width, height)).any())
-    for i, (data, seed, (w, h)) in enumerate(zip(payloads, seeds, sizes.tolist())):
-        img = open_image(data, spec.mode, opts, seed)
+    for i, (data, seed, (w, h), opened) in enumerate(zip(payloads, seeds, sizes.tolist(), images)):
+        img = open_image(data, spec.mode, opts, seed, opened)
         if img.size != (w, h):
             raise ValueError(f"image {i}: header says {w}x{h}, decoded {img.size[0]}x{img.size[1]}")
         dst = _place(arr[i], h, w, opts.layout, channels) if padded else arr[i]

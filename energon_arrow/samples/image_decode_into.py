@@ -86,15 +86,17 @@ def crop_box(
         fx = fy = 0.5
     else:
         fx, fy = np.random.default_rng(seed & 0xFFFFFFFFFFFFFFFF).random(2).tolist()
-    left, top = (width - bw) * fx, (height - bh) * fy
-    return left, top, left + bw, top + bh
+    left, top = max(0.0, (width - bw) * fx), max(0.0, (height - bh) * fy)
+    return left, top, min(float(width), left + bw), min(float(height), top + bh)
 
 
-def open_image(data, mode: str, options: ImageOptions, seed: int):
-    """The decoded (and, with a target size, scaled and cropped) PIL image of one payload, in Pillow `mode`."""
+def open_image(data, mode: str, options: ImageOptions, seed: int, img=None):
+    """The decoded (and, with a target size, scaled and cropped) PIL image of one payload, in Pillow `mode`.
+    `img`: the payload already opened (header read) by the caller, else it is opened here."""
     from PIL import Image
 
-    img = Image.open(io.BytesIO(data))
+    if img is None:
+        img = Image.open(io.BytesIO(data))
     try:
         box = None
         if options.size is not None:
@@ -104,7 +106,7 @@ def open_image(data, mode: str, options: ImageOptions, seed: int):
             # decode at the smallest JPEG scale that still covers the target
             img.draft(None, (math.ceil(w * tw / (right - left)), math.ceil(h * th / (bottom - top))))
             fx, fy = img.size[0] / w, img.size[1] / h
-            box = (left * fx, top * fy, right * fx, bottom * fy)
+            box = (left * fx, top * fy, min(img.size[0], right * fx), min(img.size[1], bottom * fy))
         img.load()
         # a same-mode convert would only copy (energon converts unconditionally: the same pixels)
         out = img if img.mode == mode else img.convert(mode)
@@ -118,6 +120,25 @@ def open_image(data, mode: str, options: ImageOptions, seed: int):
     return out
 
 
+def pixel_view(img) -> np.ndarray:
+    """The uint8 pixels of a loaded L / RGB / RGBA image, (h, w) or (h, w, c): a view of Pillow's own memory
+    through its Arrow export where possible (Pillow >= 11.2, one contiguous block), else a packed copy."""
+    w, h = img.size
+    try:
+        import pyarrow as pa
+
+        buf = pa.array(img).buffers()[-1]
+    except (AttributeError, TypeError, ValueError, NotImplementedError):
+        return np.asarray(img)
+    step = buf.size // (w * h) if w * h else 0
+    if step * w * h != buf.size or step < len(img.mode):
+        return np.asarray(img)
+    flat = np.frombuffer(buf, np.uint8)
+    if len(img.mode) == 1 and step == 1:
+        return flat.reshape(h, w)
+    return flat.reshape(h, w, step)[..., : len(img.mode)]
+
+
 def pixel_shape(height: int, width: int, channels: int, layout: str) -> tuple[int, ...]:
     """The shape of one image's pixels: (h, w) for one channel, else (c, h, w) or (h, w, c)."""
     if channels == 1:
@@ -128,7 +149,7 @@ def pixel_shape(height: int, width: int, channels: int, layout: str) -> tuple[in
 def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine) -> None:
     """The pixels of a PIL image written into `out` (shape `pixel_shape(...)`, uint8 or float32) in one pass:
     uint8 copied, float divided by 255 (energon's exact values) or normalised with `affine` = (scale, bias)."""
-    arr = np.asarray(img)
+    arr = pixel_view(img)
     chw = arr.ndim == 3 and layout == "CHW"
     src = arr.transpose(2, 0, 1) if chw else arr
     if not as_float:
