@@ -77,15 +77,18 @@ class Loader:
         self.dataset.image_slots = board
         dl = torch.utils.data.DataLoader(self.dataset, batch_size=None, collate_fn=_as_is, **kwargs)
         expected = self.next_batch
-        for b, skipped, batch, leases in dl:
-            if b < expected:
-                raise LoaderError(f"internal: batch {b} delivered after batch {expected - 1}")
-            if board is not None:
-                board.hold(batch, leases)
-            expected = b + 1
-            self.next_batch = b + 1
-            self.skipped = max(self.skipped, skipped)
-            yield batch
+        try:
+            for b, skipped, batch, leases in dl:
+                if b < expected:
+                    raise LoaderError(f"internal: batch {b} delivered after batch {expected - 1}")
+                if board is not None:
+                    board.hold(batch, leases)
+                expected = b + 1
+                self.next_batch = b + 1
+                self.skipped = max(self.skipped, skipped)
+                yield batch
+        finally:
+            self.dataset.image_slots = None  # the slots' memory goes with the last batches the user holds
         total = self.dataset.total_batches()
         if total is not None:
             self.next_batch = max(self.next_batch, total)

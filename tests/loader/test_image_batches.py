@@ -41,7 +41,9 @@ def _batches(mod, root, workers=0, count=None, te=None, batch_size=8, **decoder)
     if decoder:
         te.decoder = mod.SampleDecoder(**decoder)
     wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=workers)
-    ds = mod.get_val_dataset(root, worker_config=wc, batch_size=batch_size, task_encoder=te, split_part="train")
+    ds = mod.get_val_dataset(
+        root, worker_config=wc, batch_size=batch_size, task_encoder=te, split_part="train"
+    )
     out = []
     for b in mod.get_loader(ds):
         out.append(b)
@@ -76,7 +78,9 @@ def test_variable_sizes_padded_like_energon(varied_root):
 
 @pytest.mark.parametrize("mode", ["torchrgb8", "torchl", "torchl8", "torchrgba"])
 def test_other_torch_modes_identical_to_energon(varied_root, mode):
-    _assert_same(_batches(ea, varied_root, 2, image_decode=mode), _batches(energon, varied_root, image_decode=mode))
+    _assert_same(
+        _batches(ea, varied_root, 2, image_decode=mode), _batches(energon, varied_root, image_decode=mode)
+    )
 
 
 def test_uint8_layouts_and_cpu_normalisation(fixed_root):
@@ -88,7 +92,9 @@ def test_uint8_layouts_and_cpu_normalisation(fixed_root):
         assert c.image.dtype == torch.uint8 and h.image.shape == (8, 40, 56, 3)
         assert torch.equal(h.image, c.image.permute(0, 2, 3, 1))
         # no CUDA here: the workers normalise on the CPU, fused into the decode
-        expected = (c.image.float() / 255 - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+        expected = (c.image.float() / 255 - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[
+            :, None, None
+        ]
         assert n.image.dtype == torch.float32 and torch.allclose(n.image, expected, atol=1e-5)
 
 
@@ -163,8 +169,8 @@ def test_random_crop_varies_with_the_seed_position(fixed_root):
     boxes = {crop_box(56, 40, (16, 16), "random", seed) for seed in range(20)}
     assert len(boxes) > 10
     assert crop_box(56, 40, (16, 16), "random", 7) == crop_box(56, 40, (16, 16), "random", 7)
-    l, t, r, btm = crop_box(56, 40, (16, 16), "center", 0)
-    assert (r - l, btm - t) == (40, 40) and (l, t) == (8, 0)
+    left, top, right, bottom = crop_box(56, 40, (16, 16), "center", 0)
+    assert (right - left, bottom - top) == (40, 40) and (left, top) == (8, 0)
 
 
 def test_target_size_center_crop_values(fixed_root):
