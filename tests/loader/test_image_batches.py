@@ -121,6 +121,12 @@ def test_slots_recycled_and_held_batches_kept(fixed_root, workers):
     overwritten: its slot is replaced by fresh memory instead."""
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
     ds = ea.get_train_dataset(fixed_root, worker_config=wc, batch_size=4, shuffle_buffer_size=None)
+    seen = set()
+    for i, b in enumerate(ea.get_loader(ds)):  # nothing held: each worker cycles through its slots
+        seen.add(b.image.untyped_storage().data_ptr())
+        if i == 30:
+            break
+    assert len(seen) == (workers * (2 + 3) if workers else 3)  # workers x (prefetch_factor + 3)
     held, copies, storages = [], [], set()
     for i, b in enumerate(ea.get_loader(ds)):
         storages.add(b.image.untyped_storage().data_ptr())
