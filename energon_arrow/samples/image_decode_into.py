@@ -149,7 +149,9 @@ def pixel_shape(height: int, width: int, channels: int, layout: str) -> tuple[in
 def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine) -> None:
     """The pixels of a PIL image written into `out` (shape `pixel_shape(...)`, uint8 or float32) in one pass:
     uint8 copied, float divided by 255 (energon's exact values) or normalised with `affine` = (scale, bias)."""
-    arr = pixel_view(img)
+    # Pillow's memory holds 4 bytes per RGB pixel: viewed, it suits the channel-by-channel CHW reads; an HWC
+    # destination copies faster from the packed pixels
+    arr = pixel_view(img) if layout == "CHW" or len(img.mode) == 1 else np.asarray(img)
     chw = arr.ndim == 3 and layout == "CHW"
     src = arr.transpose(2, 0, 1) if chw else arr
     if not as_float:
