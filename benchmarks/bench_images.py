@@ -8,7 +8,8 @@ Data (generated with Pillow, prepared with `energon prepare` once under `$EA_BEN
 - a target size of 224 on the varied set (`SampleDecoder(image_size=224)`, float CHW) vs energon running the
   same resize + center crop in `encode_sample` on PIL images;
 - the decode limit: workers x one core's Pillow decode rate (open + load + RGB) on the same files.
---quick shrinks the datasets (sanity runs only).
+--quick shrinks the datasets (sanity runs only). The medians are also drawn as bars next to the decode limit in
+benchmarks/results/images.svg (for docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import tarfile
 import time
 
-from benchmarks.harness import Comparison, alternate
+from benchmarks.harness import RESULTS_DIR, Comparison, alternate
 
 BATCH, WORKERS, TARGET = 32, 2, 224
 
@@ -125,6 +126,34 @@ def _decode_limit(payloads: list[bytes]) -> float:
     return WORKERS * len(payloads) / (time.perf_counter() - t0)
 
 
+def _svg(bars: list[tuple[str, float]], path: str, title: str) -> str:
+    """A horizontal bar chart (plain SVG) of (label, samples/s), written atomically to `path`."""
+    width, left, row = 760, 330, 26
+    top = max(v for _, v in bars) or 1.0
+    lines = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{40 + row * len(bars)}" '
+        'font-family="sans-serif" font-size="12">',
+        f'<text x="8" y="18" font-weight="bold">{title}</text>',
+    ]
+    for i, (label, value) in enumerate(bars):
+        y = 30 + i * row
+        w = (width - left - 90) * value / top
+        colour = (
+            "#999" if "limit" in label else ("#76b900" if label.startswith("energon-arrow") else "#4a7ebb")
+        )
+        lines += [
+            f'<text x="8" y="{y + 15}">{label}</text>',
+            f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 8}" fill="{colour}"/>',
+            f'<text x="{left + w + 6:.1f}" y="{y + 15}">{value:,.0f}/s</text>',
+        ]
+    lines.append("</svg>")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
 def run(args) -> list[Comparison]:
     base = os.environ.get("EA_BENCH_DIR", "/tmp/ea-bench-images")
     quick = args.quick
@@ -178,5 +207,20 @@ def run(args) -> list[Comparison]:
             ref,
             target=3.0,
         )
+    )
+    float_row, uint8_row, size_row = out[0], out[2], out[3]
+    bars = [
+        ("decode limit (2 x one core's Pillow rate)", uint8_row.reference_median),
+        ("energon-arrow uint8 (torchrgb8)", uint8_row.ours_median),
+        ("energon-arrow float CHW (default)", float_row.ours_median),
+        ("energon 7.4.1 float CHW (default)", float_row.reference_median),
+        (f"energon-arrow target size {TARGET}, varied set", size_row.ours_median),
+        (f"energon 7.4.1 resize {TARGET} in encode_sample", size_row.reference_median),
+    ]
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    _svg(
+        bars,
+        os.path.join(RESULTS_DIR, "images.svg"),
+        f"samples/s, batch {BATCH}, {WORKERS} workers (medians)",
     )
     return out
