@@ -124,6 +124,8 @@ def pixel_view(img) -> np.ndarray:
     """The uint8 pixels of a loaded L / RGB / RGBA image, (h, w) or (h, w, c): a view of Pillow's own memory
     through its Arrow export where possible (Pillow >= 11.2, one contiguous block), else a packed copy."""
     w, h = img.size
+    if not hasattr(img, "__arrow_c_array__"):  # Pillow < 11.2
+        return np.asarray(img)
     try:
         import pyarrow as pa
 
@@ -158,12 +160,12 @@ def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine) -> N
         np.copyto(out, src)
         return
     if affine is None:
-        np.divide(src, _U8_MAX, out=out)
+        np.divide(src, _U8_MAX, out=out, dtype=np.float32)
         return
     scale, bias = affine
     if chw:
         scale, bias = scale[:, None, None], bias[:, None, None]
     elif arr.ndim == 2:
         scale, bias = scale[0], bias[0]
-    np.multiply(src, scale, out=out)
+    np.multiply(src, scale, out=out, dtype=np.float32)
     out += bias
