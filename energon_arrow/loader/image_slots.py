@@ -24,7 +24,10 @@ _ALIGN = 1 << 16
 
 
 def _use_count(storage: torch.UntypedStorage) -> int:
-    return torch._C._storage_Use_Count(storage._cdata)
+    """How many tensors / storage objects refer to `storage`'s memory (2 when torch cannot tell: never released,
+    so slots are then never reused - correct, only slower)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return 2 if count is None else count(storage._cdata)
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
