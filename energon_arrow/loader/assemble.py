@@ -3,8 +3,9 @@
 Two paths that give identical batches:
 - columnar (the hot path): for a typed field-map dataset and a task encoder that does not customise samples,
   every field is sliced for the whole batch at once from the per-part offset arrays of the index; raw payloads
-  become `bytes` straight from the fetched buffer, decoded ones go through the part decoder; no per-sample object
-  is created;
+  become `bytes` straight from the fetched buffer, torch-mode images are decoded straight into the batch tensor
+  (image_batch.py, in a recycled shared-memory slot), other decoded ones go through the part decoder; no
+  per-sample object is created;
 - per sample: anything else (crude samples + cookers, sample_loader.py, custom encode_sample, json access, or a
   sample that failed on the columnar path so that it is skipped or reported precisely).
 """
@@ -17,13 +18,21 @@ import numpy as np
 
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded, LoaderError, MissingPartError
+from energon_arrow.loader.image_batch import image_column
+from energon_arrow.loader.image_slots import SlotAllocator
 from energon_arrow.loader.members import split_sample
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.batch import generic_batch
+from energon_arrow.samples.decoders import ImageDecode
 
 
 class _Fallback(Exception):
     """The columnar path cannot take this batch; build it sample by sample."""
+
+
+def position_seeds(seed: int, b: int, n: int) -> list[int]:
+    """The per-sample seeds of the n samples of global batch b (task-encoder reseeding, random image crops)."""
+    return (seed * 1_000_003 + b * 65_537 + np.arange(n, dtype=np.int64)).tolist()
 
 
 def sample_parts(src: SplitSource, row: int, view: memoryview) -> tuple[str, dict[str, memoryview]]:
@@ -43,7 +52,15 @@ def sample_parts(src: SplitSource, row: int, view: memoryview) -> tuple[str, dic
     return key, parts
 
 
-def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, views: list) -> Any:
+def columnar_batch(
+    builder: SampleBuilder,
+    src: SplitSource,
+    rows: np.ndarray,
+    views: list,
+    seeds: list[int],
+    slots: SlotAllocator,
+    device_normalize: bool = False,
+) -> Any:
     """The whole batch of one typed source without per-sample objects; raises _Fallback when it cannot."""
     fm = builder.field_map
     if fm is None or src.parts is None or src.keys is None:
@@ -61,6 +78,10 @@ def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, v
                 raise _Fallback
             fn = builder.decoder.handler(ref.part)
             try:
+                if isinstance(fn, ImageDecode) and fn.spec.kind == "torch":
+                    payloads = [v[o : o + s] for v, o, s in zip(views, offs.tolist(), sizes.tolist())]
+                    fields[name] = image_column(payloads, fn, seeds, slots, name, device_normalize)
+                    continue
                 if fn is None:
                     cache[ref.part] = [
                         bytes(v[o : o + s]) for v, o, s in zip(views, offs.tolist(), sizes.tolist())
@@ -71,7 +92,8 @@ def columnar_batch(builder: SampleBuilder, src: SplitSource, rows: np.ndarray, v
                     ]
             except Exception:
                 raise _Fallback from None
-        fields[name] = generic_batch(cache[ref.part])
+        if name not in fields:
+            fields[name] = generic_batch(cache[ref.part])
     keys = src.keys.take(rows).to_pylist()
     paths = src.shard_paths
     shard_ids, indices = src.shard_id[rows].tolist(), src.sample_index[rows].tolist()
@@ -91,27 +113,30 @@ class Assembler:
     def __init__(self, sources, builders, hooks, settings):
         self.sources, self.builders, self.hooks, self.settings = sources, builders, hooks, settings
         self.columnar = hooks.is_default and all(b.field_map is not None for b in builders)
+        self.slots = SlotAllocator(None, 0)  # the worker's slots (dataset.py sets them per worker)
+        self.device_normalize = False
 
     def batch(
         self, b: int, plan: tuple[np.ndarray, np.ndarray], views: list, skipped: int
     ) -> tuple[Any, int]:
         """(batch or None when every sample was skipped, skipped count so far)."""
         owner, rows = plan
+        seeds = position_seeds(self.settings.seed, b, len(rows))
         if self.columnar and (owner == owner[0]).all():
+            d = int(owner[0])
             try:
                 return columnar_batch(
-                    self.builders[int(owner[0])], self.sources[int(owner[0])], rows, views
+                    self.builders[d], self.sources[d], rows, views, seeds, self.slots, self.device_normalize
                 ), skipped
             except _Fallback:
-                pass
+                self.slots.rollback()
         samples = []
-        for slot, (d, row, view) in enumerate(zip(owner.tolist(), rows.tolist(), views)):
+        for d, row, view, seed in zip(owner.tolist(), rows.tolist(), views, seeds):
             src = self.sources[d]
             try:
                 key, parts = sample_parts(src, row, view)
                 shard = src.shard_paths[src.shard_id[row]]
-                sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]), row)
-                seed = self.settings.seed * 1_000_003 + b * 65_537 + slot
+                sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]), row, seed)
                 samples.extend(self.hooks.sample(sample, seed, src))
             except (DecodeError, MissingPartError) as exc:
                 if not self.settings.skip_errors:

@@ -79,11 +79,11 @@ class SampleBuilder:
                 )
         self.crude = self.sample_cls is CrudeSample
 
-    def _decode(self, part: str, data, shard: str, key: str) -> Any:
+    def _decode(self, part: str, data, shard: str, key: str, seed: int | None) -> Any:
         from energon_arrow.loader.errors import DecodeError
 
         try:
-            return self.decoder.decode_part(part, data)
+            return self.decoder.decode_part(part, data, seed)
         except Exception as exc:
             raise DecodeError(shard, key, part, exc) from exc
 
@@ -97,8 +97,11 @@ class SampleBuilder:
             for key, shard, index in zip(keys, shards, split_indices)
         ]
 
-    def build(self, key: str, parts: dict, shard: str, sample_index: int, split_index: int) -> Any:
-        """The sample `key` (the `sample_index`-th of `shard`, the `split_index`-th of the split) from its parts."""
+    def build(
+        self, key: str, parts: dict, shard: str, sample_index: int, split_index: int, seed: int | None = None
+    ) -> Any:
+        """The sample `key` (the `sample_index`-th of `shard`, the `split_index`-th of the split) from its parts;
+        `seed`: its position seed (random image crops)."""
         restore = ("Webdataset", shard, int(sample_index))
         if self.field_map is not None:
             chosen = self.field_map.choose(parts, shard, key)
@@ -106,7 +109,7 @@ class SampleBuilder:
             fields = {}
             for name, ref in chosen.items():
                 if ref.part not in decoded:
-                    decoded[ref.part] = self._decode(ref.part, parts[ref.part], shard, key)
+                    decoded[ref.part] = self._decode(ref.part, parts[ref.part], shard, key, seed)
                 fields[name] = ref.resolve(decoded[ref.part], shard, key) if ref.path else decoded[ref.part]
             return self.sample_cls(
                 __key__=key,
@@ -118,7 +121,7 @@ class SampleBuilder:
                 **fields,
             )
         raw = {
-            part: self._decode(part, data, shard, key)
+            part: self._decode(part, data, shard, key, seed)
             for part, data in parts.items()
             if self.part_filter is None or self.part_filter(part)
         }

@@ -1,8 +1,9 @@
 """`BatchDataset`: a torch IterableDataset that yields this rank's batches, split over DataLoader workers.
 
-Each item is `(global_batch_index, skipped_samples, batch)`; the `Loader` unpacks it, checks the order and keeps
-the resume state. Worker k of K produces global batches start + k, start + k + K, ... so the DataLoader's
-round-robin hands them out in global order whatever K is.
+Each item is `(global_batch_index, skipped_samples, batch, slot_leases)`; the `Loader` unpacks it, checks the
+order, keeps the resume state and tracks the image slots the batch lives in (`image_slots`, see image_slots.py).
+Worker k of K produces global batches start + k, start + k + K, ... so the DataLoader's round-robin hands them out
+in global order whatever K is.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
+from energon_arrow.loader.image_slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.order import BlockLayout, EpochCache
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.schedule import BatchSchedule
@@ -98,6 +100,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.layouts = [BlockLayout(src.shard_id, settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)
         self.start_batch = 0
+        self.image_slots: SlotBoard | None = None  # set by the Loader before its workers start
 
     # ---- plan --------------------------------------------------------------------------------------------
     def total_batches(self) -> int | None:
@@ -142,8 +145,11 @@ class BatchDataset(torch.utils.data.IterableDataset):
         k, n = (0, 1) if info is None else (info.id, info.num_workers)
         return k, n
 
-    def __iter__(self) -> Iterator[tuple[int, int, Any]]:
+    def __iter__(self) -> Iterator[tuple[int, int, Any, tuple]]:
         k, n = self._worker_slot()
+        slots = SlotAllocator(self.image_slots, k)
+        self.assembler.slots = slots
+        self.assembler.device_normalize = self.image_slots is not None and self.image_slots.device_normalize
         caches = self._caches()
         total = self.total_batches()
         remote = any(not s.storage.is_local for s in self.sources)
@@ -179,8 +185,9 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 # after each batch: drop the index pages it touched (a bounded resident set)
                 for src in self.sources:
                     src.release_pages()
+                leases = slots.take()
                 if batch is not None:
-                    yield b, skipped, batch
+                    yield b, skipped, batch, leases
         finally:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)

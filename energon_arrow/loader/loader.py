@@ -17,6 +17,7 @@ import torch
 
 from energon_arrow.loader.dataset import BatchDataset
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.image_device import device_images, image_board
 from energon_arrow.loader.transfer import iter_to_device
 
 STATE_VERSION = 1
@@ -72,15 +73,22 @@ class Loader:
                 else None,
             )
             gc.freeze()  # forked workers: the collector must not touch (and so copy) the parent's objects
+        board = image_board(self.dataset, self.num_workers, self.prefetch_factor, self.device)
+        self.dataset.image_slots = board
         dl = torch.utils.data.DataLoader(self.dataset, batch_size=None, collate_fn=_as_is, **kwargs)
         expected = self.next_batch
-        for b, skipped, batch in dl:
-            if b < expected:
-                raise LoaderError(f"internal: batch {b} delivered after batch {expected - 1}")
-            expected = b + 1
-            self.next_batch = b + 1
-            self.skipped = max(self.skipped, skipped)
-            yield batch
+        try:
+            for b, skipped, batch, leases in dl:
+                if b < expected:
+                    raise LoaderError(f"internal: batch {b} delivered after batch {expected - 1}")
+                if board is not None:
+                    board.hold(batch, leases)
+                expected = b + 1
+                self.next_batch = b + 1
+                self.skipped = max(self.skipped, skipped)
+                yield batch
+        finally:
+            self.dataset.image_slots = None  # the slots' memory goes with the last batches the user holds
         total = self.dataset.total_batches()
         if total is not None:
             self.next_batch = max(self.next_batch, total)
@@ -90,7 +98,7 @@ class Loader:
             raise LoaderError("this loader is already being iterated")
         self._iterating = True
         try:
-            yield from iter_to_device(self._batches(), self.device)
+            yield from device_images(iter_to_device(self._batches(), self.device), self.dataset, self.device)
         finally:
             self._iterating = False
 

@@ -22,7 +22,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from energon_arrow.samples.images import IMAGE_EXTENSIONS, check_image_mode, decode_image
+from energon_arrow.samples.image_decode_into import ImageOptions, image_options
+from energon_arrow.samples.images import IMAGE_EXTENSIONS, ImageSpec, check_image_mode, decode_image
 from energon_arrow.samples.payloads import BASIC_DECODERS
 
 AV_EXTENSIONS = ("mp4", "avi", "mov", "webm", "mkv", "flac", "mp3", "wav", "flv")
@@ -54,6 +55,32 @@ def decode_av(data, av_decode: str, video_decode_audio: bool) -> Any:
     )
 
 
+class ImageDecode:
+    """The decode function of image parts: `fn(payload, seed=None)`; the loader also decodes whole batches of
+    torch-mode images straight into batch memory with its `spec` and `options`."""
+
+    def __init__(self, spec: ImageSpec, options: ImageOptions):
+        self.spec, self.options = spec, options
+
+    def __call__(self, data, seed: int | None = None) -> Any:
+        return decode_image(data, self.spec, self.options, seed)
+
+
+def _image_options(spec: ImageSpec, mode: str, size, crop, layout, normalize) -> ImageOptions:
+    options = image_options(size, crop, layout, normalize)
+    if options.layout != "CHW" and spec.kind != "torch":
+        raise ValueError(f"image_layout={layout!r} applies to torch image modes only, not {mode!r}")
+    if options.normalize is not None:
+        if spec.kind == "pil":
+            raise ValueError(f"image_normalize gives tensors / arrays, not PIL images ({mode!r})")
+        if any(len(v) not in (1, len(spec.mode)) for v in options.normalize):
+            raise ValueError(
+                f"image_normalize: mean and std need 1 or {len(spec.mode)} values for {mode!r}, "
+                f"got {normalize!r}"
+            )
+    return options
+
+
 def _gunzip_then(inner: Callable | None, data) -> Any:
     plain = gzip.decompress(bytes(data))
     return plain if inner is None else inner(plain)
@@ -69,6 +96,8 @@ class PartDecoder:
     `raw`: keep every part as bytes. `image_decode`: one of energon's image modes (default "torchrgb": float32
     CHW RGB in [0, 1]). `handlers`: {extension: fn(payload) -> value}, tried before the built-in rules.
     `av_decode`, `video_decode_audio`, `guess_content`: as energon's SampleDecoder.
+    Our image extras (see docs/loader.md): `image_size` (int or (h, w)) with `image_crop` ("center" or "random"),
+    `image_layout` ("CHW" or "HWC", torch modes) and `image_normalize` ((mean, std): float output).
     """
 
     def __init__(
@@ -80,8 +109,15 @@ class PartDecoder:
         av_decode: str = "AVDecoder",
         video_decode_audio: bool = False,
         guess_content: bool = False,
+        image_size: int | tuple[int, int] | None = None,
+        image_crop: str = "center",
+        image_layout: str = "CHW",
+        image_normalize: tuple | None = None,
     ):
         self.image_spec = check_image_mode(image_decode)
+        self.image_options = _image_options(
+            self.image_spec, image_decode, image_size, image_crop, image_layout, image_normalize
+        )
         if av_decode not in AV_MODES:
             raise ValueError(f"av_decode must be one of {AV_MODES}, got {av_decode!r}")
         if guess_content:
@@ -113,11 +149,15 @@ class PartDecoder:
             cfg["raw"] = True
         if self.handlers:
             cfg["handlers"] = sorted(self.handlers)
+        opts = self.image_options
+        if not opts.is_default:
+            cfg.update(image_size=opts.size, image_crop=opts.crop, image_layout=opts.layout)
+            cfg.update(image_normalize=opts.normalize)
         return cfg
 
     def _media(self, name: str) -> Callable | None:
         if name.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS:
-            return functools.partial(decode_image, spec=self.image_spec)
+            return ImageDecode(self.image_spec, self.image_options)
         if _is_av(name):
             return functools.partial(
                 decode_av, av_decode=self.av_decode, video_decode_audio=self.video_decode_audio
@@ -146,10 +186,13 @@ class PartDecoder:
             return functools.partial(self._guessing, part, basic)
         return self._media(part) or basic
 
-    def decode_part(self, part: str, data) -> Any:
-        """One payload of the part named `part` (e.g. "jpg", "seg.txt") decoded."""
+    def decode_part(self, part: str, data, seed: int | None = None) -> Any:
+        """One payload of the part named `part` (e.g. "jpg", "seg.txt") decoded; `seed` draws an image's random
+        crop (see ImageDecode)."""
         fn = self.handler(part)
-        return bytes(data) if fn is None else fn(data)
+        if fn is None:
+            return bytes(data)
+        return fn(data, seed) if isinstance(fn, ImageDecode) else fn(data)
 
     def decode(self, fname: str, raw) -> Any:
         """energon's FileStoreDecoder.decode: the payload of the file `fname` (e.g. "00001.jpg") decoded."""
@@ -180,7 +223,8 @@ class PartDecoder:
 
 
 class SampleDecoder(PartDecoder):
-    """energon's SampleDecoder: the default part decoding with energon's keyword-only options."""
+    """energon's SampleDecoder: the default part decoding with energon's keyword-only options (plus our image
+    extras `image_size`, `image_crop`, `image_layout`, `image_normalize`)."""
 
     def __init__(
         self,
@@ -189,10 +233,18 @@ class SampleDecoder(PartDecoder):
         av_decode: str = "AVDecoder",
         video_decode_audio: bool = False,
         guess_content: bool = False,
+        image_size: int | tuple[int, int] | None = None,
+        image_crop: str = "center",
+        image_layout: str = "CHW",
+        image_normalize: tuple | None = None,
     ):
         super().__init__(
             image_decode=image_decode,
             av_decode=av_decode,
             video_decode_audio=video_decode_audio,
             guess_content=guess_content,
+            image_size=image_size,
+            image_crop=image_crop,
+            image_layout=image_layout,
+            image_normalize=image_normalize,
         )

@@ -7,10 +7,12 @@ in [0, 1]) and the channels (l, rgb, rgba): e.g. "torchrgb" -> float32 CHW RGB, 
 
 from __future__ import annotations
 
-import io
+import zlib
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from energon_arrow.samples.image_decode_into import ImageOptions, open_image, pixel_shape, write_pixels
 
 
 class ImageSpec(NamedTuple):
@@ -109,28 +111,42 @@ IMAGE_EXTENSIONS = frozenset(
 )
 
 
+DEFAULT_OPTIONS = ImageOptions()
+
+
 def check_image_mode(mode: str) -> ImageSpec:
     if mode not in IMAGE_SPECS:
         raise ValueError(f"image_decode must be one of {sorted(IMAGE_SPECS)}, got {mode!r}")
     return IMAGE_SPECS[mode]
 
 
-def decode_image(data, spec: ImageSpec) -> Any:
-    """An image payload decoded as `spec` describes."""
+def spec_channels(spec: ImageSpec) -> int:
+    return len(spec.mode)
+
+
+def decode_image(
+    data, spec: ImageSpec, options: ImageOptions = DEFAULT_OPTIONS, seed: int | None = None
+) -> Any:
+    """An image payload decoded as `spec` describes (with our `options`, see samples/image_decode_into.py).
+    `seed` draws a random crop; None seeds it from the payload's CRC32."""
     try:
-        from PIL import Image
+        import PIL  # noqa: F401
     except ImportError:
         raise ImportError("decoding an image part needs Pillow (pip install pillow)") from None
-    with Image.open(io.BytesIO(data)) as img:
-        img.load()
-        img = img.convert(spec.mode)
+    if seed is None and options.crop == "random":
+        seed = zlib.crc32(data)
+    img = open_image(data, spec.mode, options, seed or 0)
     if spec.kind == "pil":
         return img
-    arr = np.asarray(img)
-    if spec.float:
-        arr = arr.astype(np.float32) / np.float32(255.0)
+    channels = spec_channels(spec)
+    layout = options.layout if spec.kind == "torch" else "HWC"
+    as_float = spec.float or options.normalize is not None
+    out = np.empty(
+        pixel_shape(img.size[1], img.size[0], channels, layout), np.float32 if as_float else np.uint8
+    )
+    write_pixels(img, out, layout, as_float, options.affine(channels))
     if spec.kind == "numpy":
-        return arr
+        return out
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)) if arr.ndim == 3 else arr.copy())
+    return torch.from_numpy(out)

@@ -1,0 +1,171 @@
+"""Decode one image payload into caller-provided memory: the shared step of per-sample decoding
+(samples/images.py) and of decoding a whole batch into its slot (loader/image_batch.py).
+
+`ImageOptions` are our opt-in extras on top of energon's `image_decode` modes:
+- `size=(h, w)`: the image is scaled (bilinear) so that it covers h x w, keeping its aspect ratio, then cropped to
+  exactly h x w, at the center or at a random offset drawn from a per-sample seed; JPEGs are decoded at a reduced
+  scale first (Pillow `draft`) when the target is at most half their size;
+- `layout`: "CHW" (energon's torch layout) or "HWC" for torch modes;
+- `normalize=(mean, std)`: float output `(x / 255 - mean) / std` per channel, computed in one fused
+  multiply-add (`x * scale + bias`).
+Without options the pixels are energon's exactly: float modes divide the uint8 pixels by 255 in float32.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+IMAGE_CROPS = ("center", "random")
+IMAGE_LAYOUTS = ("CHW", "HWC")
+_U8_MAX = np.float32(255.0)
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    size: tuple[int, int] | None = None
+    crop: str = "center"
+    layout: str = "CHW"
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self == ImageOptions()
+
+    def affine(self, channels: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(scale, bias) per channel, float32, with `x * scale + bias == (x / 255 - mean) / std`; None when not
+        normalising."""
+        if self.normalize is None:
+            return None
+        mean, std = (np.broadcast_to(np.asarray(v, np.float64), (channels,)) for v in self.normalize)
+        return (1.0 / (255.0 * std)).astype(np.float32), (-mean / std).astype(np.float32)
+
+
+def image_options(
+    size: int | tuple[int, int] | None = None,
+    crop: str = "center",
+    layout: str = "CHW",
+    normalize: tuple | None = None,
+) -> ImageOptions:
+    """Validated ImageOptions (clear errors naming the argument)."""
+    if size is not None:
+        pair = (size, size) if isinstance(size, int) else tuple(size)
+        if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
+            raise ValueError(f"image_size must be a positive int or an (height, width) pair, got {size!r}")
+        size = pair
+    if crop not in IMAGE_CROPS:
+        raise ValueError(f"image_crop must be one of {IMAGE_CROPS}, got {crop!r}")
+    if layout not in IMAGE_LAYOUTS:
+        raise ValueError(f"image_layout must be one of {IMAGE_LAYOUTS}, got {layout!r}")
+    if normalize is not None:
+        try:
+            mean, std = normalize
+            mean = tuple(float(v) for v in np.atleast_1d(mean))
+            std = tuple(float(v) for v in np.atleast_1d(std))
+        except (TypeError, ValueError):
+            raise ValueError(f"image_normalize must be a (mean, std) pair, got {normalize!r}") from None
+        if len(mean) not in (1, 3, 4) or len(std) not in (1, 3, 4) or not all(s > 0 for s in std):
+            raise ValueError(
+                f"image_normalize: mean and std need 1, 3 or 4 values (std > 0), got {normalize!r}"
+            )
+        normalize = (mean, std)
+    return ImageOptions(size, crop, layout, normalize)
+
+
+def crop_box(
+    width: int, height: int, target: tuple[int, int], crop: str, seed: int
+) -> tuple[float, float, float, float]:
+    """The source box (left, top, right, bottom) that scales to `target` (h, w) covering it, aspect kept."""
+    th, tw = target
+    scale = max(th / height, tw / width)
+    bw, bh = tw / scale, th / scale
+    if crop == "center":
+        fx = fy = 0.5
+    else:
+        fx, fy = np.random.default_rng(seed & 0xFFFFFFFFFFFFFFFF).random(2).tolist()
+    left, top = max(0.0, (width - bw) * fx), max(0.0, (height - bh) * fy)
+    return left, top, min(float(width), left + bw), min(float(height), top + bh)
+
+
+def open_image(data, mode: str, options: ImageOptions, seed: int, img=None):
+    """The decoded (and, with a target size, scaled and cropped) PIL image of one payload, in Pillow `mode`.
+    `img`: the payload already opened (header read) by the caller, else it is opened here."""
+    from PIL import Image
+
+    if img is None:
+        img = Image.open(io.BytesIO(data))
+    try:
+        box = None
+        if options.size is not None:
+            w, h = img.size
+            left, top, right, bottom = crop_box(w, h, options.size, options.crop, seed)
+            th, tw = options.size
+            # decode at the smallest JPEG scale that still covers the target
+            img.draft(None, (math.ceil(w * tw / (right - left)), math.ceil(h * th / (bottom - top))))
+            fx, fy = img.size[0] / w, img.size[1] / h
+            box = (left * fx, top * fy, min(img.size[0], right * fx), min(img.size[1], bottom * fy))
+        img.load()
+        # a same-mode convert would only copy (energon converts unconditionally: the same pixels)
+        out = img if img.mode == mode else img.convert(mode)
+        if box is not None:
+            out = out.resize((options.size[1], options.size[0]), Image.Resampling.BILINEAR, box=box)
+    except BaseException:
+        img.close()
+        raise
+    if out is not img:
+        img.close()
+    return out
+
+
+def pixel_view(img) -> np.ndarray:
+    """The uint8 pixels of a loaded L / RGB / RGBA image, (h, w) or (h, w, c): a view of Pillow's own memory
+    through its Arrow export where possible (Pillow >= 11.2, one contiguous block), else a packed copy."""
+    w, h = img.size
+    if not hasattr(img, "__arrow_c_array__"):  # Pillow < 11.2
+        return np.asarray(img)
+    try:
+        import pyarrow as pa
+
+        buf = pa.array(img).buffers()[-1]
+    except (AttributeError, TypeError, ValueError, NotImplementedError):
+        return np.asarray(img)
+    step = buf.size // (w * h) if w * h else 0
+    if step * w * h != buf.size or step < len(img.mode):
+        return np.asarray(img)
+    flat = np.frombuffer(buf, np.uint8)
+    if len(img.mode) == 1 and step == 1:
+        return flat.reshape(h, w)
+    return flat.reshape(h, w, step)[..., : len(img.mode)]
+
+
+def pixel_shape(height: int, width: int, channels: int, layout: str) -> tuple[int, ...]:
+    """The shape of one image's pixels: (h, w) for one channel, else (c, h, w) or (h, w, c)."""
+    if channels == 1:
+        return (height, width)
+    return (channels, height, width) if layout == "CHW" else (height, width, channels)
+
+
+def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine) -> None:
+    """The pixels of a PIL image written into `out` (shape `pixel_shape(...)`, uint8 or float32) in one pass:
+    uint8 copied, float divided by 255 (energon's exact values) or normalised with `affine` = (scale, bias)."""
+    # Pillow's memory holds 4 bytes per RGB pixel: viewed, it suits the channel-by-channel CHW reads; an HWC
+    # destination copies faster from the packed pixels
+    arr = pixel_view(img) if layout == "CHW" or len(img.mode) == 1 else np.asarray(img)
+    chw = arr.ndim == 3 and layout == "CHW"
+    src = arr.transpose(2, 0, 1) if chw else arr
+    if not as_float:
+        np.copyto(out, src)
+        return
+    if affine is None:
+        np.divide(src, _U8_MAX, out=out, dtype=np.float32)
+        return
+    scale, bias = affine
+    if chw:
+        scale, bias = scale[:, None, None], bias[:, None, None]
+    elif arr.ndim == 2:
+        scale, bias = scale[0], bias[0]
+    np.multiply(src, scale, out=out, dtype=np.float32)
+    out += bias
