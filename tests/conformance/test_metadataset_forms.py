@@ -1,0 +1,197 @@
+"""The same small training loop on energon 7.4.1 and on energon-arrow for each metadataset form: the same
+per-epoch sample multiset (keys with their subflavors); where energon samples at random (weights, the fractional
+part of a repetition) the same support and the same counts per dataset."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import energon_arrow as ea
+from energon_arrow.testing.reference import energon_prepare
+from energon_arrow.testing.synthetic import write_webdataset
+
+pytestmark = pytest.mark.conformance
+energon = pytest.importorskip("megatron.energon")
+
+V2 = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n"
+V1 = "__module__: megatron.energon\n__class__: Metadataset\nsplits:\n"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """4 shards x 30 samples prepared by energon: 90 train samples, 30 val samples."""
+    path = str(tmp_path_factory.mktemp("mds-forms") / "ds")
+    write_webdataset(path, shards=4, samples_per_shard=30, image_bytes=50)
+    energon_prepare(path)
+    return path
+
+
+def _samples(mod, path, *, split="train", batches=None, batch=6, **kw):
+    """(key, subflavors) of every sample: one epoch (repeat=False), `batches` batches, or the val split."""
+
+    class TE(mod.DefaultTaskEncoder):
+        decoder = None
+
+    wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    if split == "val":
+        ds = mod.get_val_dataset(path, worker_config=wc, batch_size=batch, task_encoder=TE(), **kw)
+    else:
+        ds = mod.get_train_dataset(
+            path,
+            worker_config=wc,
+            batch_size=batch,
+            task_encoder=TE(),
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            repeat=batches is not None,
+            **kw,
+        )
+    it = iter(mod.get_loader(ds))
+    out = []
+    for i, b in enumerate(it):
+        out += [(k, tuple(sorted((f or {}).items()))) for k, f in zip(b.__key__, b.__subflavors__)]
+        if batches is not None and i + 1 == batches:
+            break
+    return out
+
+
+def _same_epoch(path, **kw):
+    ours, ref = _samples(ea, path, **kw), _samples(energon, path, **kw)
+    assert collections.Counter(ours) == collections.Counter(ref)
+    return ours
+
+
+def _write(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+def test_blend_epochized_whole_repetitions(root, tmp_path):
+    path = _write(
+        tmp_path,
+        "m.yaml",
+        V2
+        + f"""  train:
+    blend_epochized:
+      - {{repetitions: 1, path: {root}, subset: {{range: [0, 50]}}, subflavors: {{r: one}}}}
+      - {{repetitions: 2, path: {root}, subset: {{range: [0, 50]}}, subflavors: {{r: two}}}}
+""",
+    )
+    assert len(_same_epoch(path)) == 150
+
+
+def test_blend_epochized_fractional_repetitions(root, tmp_path):
+    path = _write(
+        tmp_path,
+        "m.yaml",
+        V2
+        + f"""  train:
+    blend_epochized:
+      - {{repetitions: 1.5, path: {root}, subset: {{range: [0, 20]}}, subflavors: {{d: a}}}}
+      - {{repetitions: 0.25, path: {root}, subset: {{range: [20, 60]}}, subflavors: {{d: b}}}}
+""",
+    )
+
+    def profile(samples):  # per dataset: samples, distinct keys, how often each count occurs
+        out = {}
+        for flavor in {f for _, f in samples}:
+            c = collections.Counter(k for k, f in samples if f == flavor)
+            out[flavor] = (sum(c.values()), len(c), sorted(collections.Counter(c.values()).items()))
+        return out
+
+    ours, ref = _samples(ea, path), _samples(energon, path)
+    assert profile(ours) == profile(ref)
+    assert len(ours) == 20 + 10 + 10
+
+
+def test_subset_at_every_level(root, tmp_path):
+    path = _write(
+        tmp_path,
+        "m.yaml",
+        V2
+        + f"""  train:
+    subset: {{range: ["10%", "60%"]}}
+    blend_epochized:
+      - {{path: {root}, subset: {{range: [10, 70]}}, subflavors: {{d: abs}}}}
+      - {{path: {root}, subset: {{range: ["50%", "100%"]}}, subflavors: {{d: rel}}}}
+      - {{path: {root}, repetitions: 2, subflavors: {{d: none}}}}
+""",
+    )
+    _same_epoch(path)
+
+
+def test_subset_of_a_single_dataset_and_split_part(root, tmp_path):
+    path = _write(
+        tmp_path,
+        "m.yaml",
+        V2 + f"  val:\n    path: {root}\n    split_part: train\n    subset: {{range: [7, end]}}\n",
+    )
+    ours = _samples(ea, path, split="val", batch=8)
+    assert ours == _samples(energon, path, split="val", batch=8)
+
+
+def test_nested_metadatasets_with_subflavors(root, tmp_path):
+    _write(
+        tmp_path,
+        "inner.yaml",
+        V2
+        + f"""  train:
+    blend_epochized:
+      - {{path: {root}, subset: {{range: [0, 40]}}, subflavors: {{level: inner, who: inner}}, repetitions: 2}}
+      - {{path: {root}, split_part: val, subflavors: {{level: inner-val}}}}
+""",
+    )
+    path = _write(
+        tmp_path,
+        "outer.yaml",
+        V2
+        + """  train:
+    blend_epochized:
+      - path: inner.yaml
+        subset: {range: ["25%", "75%"]}
+        subflavors: {who: outer}
+        repetitions: 2
+      - path: inner.yaml
+        subflavors: {who: outer-2}
+""",
+    )
+    _same_epoch(path, subflavors={"call": 1})
+
+
+def _weighted(path, batches=50):
+    ours, ref = _samples(ea, path, batches=batches), _samples(energon, path, batches=batches)
+    assert set(ours) == set(ref)  # every sample of every dataset is drawn
+    share = collections.Counter(f for _, f in ours)
+    share_ref = collections.Counter(f for _, f in ref)
+    for flavor, n in share_ref.items():
+        assert abs(share[flavor] - n) <= 0.15 * len(ref)
+
+
+def test_blend_weights(root, tmp_path):
+    path = _write(
+        tmp_path,
+        "m.yaml",
+        V2
+        + f"""  train:
+    blend:
+      - {{weight: 2, path: {root}, subset: {{range: [0, 20]}}, subflavors: {{d: a}}}}
+      - {{weight: 1, path: {root}, split_part: val, subflavors: {{d: b}}}}
+""",
+    )
+    _weighted(path)
+
+
+def test_metadataset_v1(root, tmp_path):
+    path = _write(
+        tmp_path,
+        "v1.yaml",
+        V1
+        + f"""  train:
+    datasets:
+      - {{weight: 1, path: {root}, subflavor: legacy, subflavors: {{d: a}}}}
+      - {{weight: 1, path: {root}, split_part: val, subflavors: {{d: b}}}}
+""",
+    )
+    _weighted(path, batches=80)
