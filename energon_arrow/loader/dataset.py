@@ -103,7 +103,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
         if self.limit is not None and settings.drop_last:
             self.limit -= self.limit % settings.global_batch_size
         self.builders = [
-            SampleBuilder(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code) for s in sources
+            (s.builder or SampleBuilder)(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code)
+            for s in sources
         ]
         self.layouts = [BlockLayout(src.shard_id, settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)
