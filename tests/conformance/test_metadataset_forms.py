@@ -195,3 +195,44 @@ def test_metadataset_v1(root, tmp_path):
 """,
     )
     _weighted(path, batches=80)
+
+
+def _cooked(mod, path, split):
+    @mod.stateless
+    def cook(sample):
+        return mod.TextSample(
+            __key__=sample["__key__"],
+            __restore_key__=sample["__restore_key__"],
+            __subflavors__=sample["__subflavors__"],
+            text=sample["json"]["text"],
+        )
+
+    class TE(mod.DefaultTaskEncoder):
+        cookers = [mod.Cooker(cook)]
+
+    wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    if split == "val":
+        ds = mod.get_val_dataset(path, worker_config=wc, batch_size=4, task_encoder=TE())
+    else:
+        ds = mod.get_train_dataset(
+            path, worker_config=wc, batch_size=4, task_encoder=TE(), shuffle_buffer_size=None,
+            max_samples_per_sequence=None, repeat=False,
+        )  # fmt: skip
+    return [(k, t) for b in mod.get_loader(ds) for k, t in zip(b.__key__, b.text)]
+
+
+def test_jsonl_prepared_by_us_loads_the_same(tmp_path):
+    from energon_arrow.index.jsonl_index import prepare_jsonl
+
+    lines = [f'{{"text": "line {i}"}}' + ("\n" if i % 5 else "\n\n") for i in range(37)]
+    (tmp_path / "d.jsonl").write_text("".join(lines))
+    prepare_jsonl(str(tmp_path / "d.jsonl"))
+    path = str(tmp_path / "d.jsonl")
+    assert _cooked(ea, path, "val") == _cooked(energon, path, "val")
+    mds = _write(
+        tmp_path,
+        "m.yaml",
+        V2 + "  train:\n    blend_epochized:\n      - {path: d.jsonl, repetitions: 2, subset: {range: [5, 30]}}\n",
+    )
+    ours, ref = _cooked(ea, mds, "train"), _cooked(energon, mds, "train")
+    assert collections.Counter(ours) == collections.Counter(ref) and len(ours) == 50
