@@ -232,7 +232,44 @@ def test_jsonl_prepared_by_us_loads_the_same(tmp_path):
     mds = _write(
         tmp_path,
         "m.yaml",
-        V2 + "  train:\n    blend_epochized:\n      - {path: d.jsonl, repetitions: 2, subset: {range: [5, 30]}}\n",
+        V2
+        + "  train:\n    blend_epochized:\n      - {path: d.jsonl, repetitions: 2, subset: {range: [5, 30]}}\n",
     )
     ours, ref = _cooked(ea, mds, "train"), _cooked(energon, mds, "train")
     assert collections.Counter(ours) == collections.Counter(ref) and len(ours) == 50
+
+
+CLASS_STYLE = {
+    "field_map": "__module__: megatron.energon\n__class__: CaptioningWebdataset\n"
+    "field_map: {image: jpg, caption: txt}\nsubflavors: {style: class}\n",
+    "sample_loader": "__module__: megatron.energon\n__class__: TextWebdataset\n"
+    "sample_loader: sample_loader.py:sample_loader\npart_filter: sample_loader.py:part_filter\n",
+}
+SAMPLE_LOADER = (
+    "def sample_loader(raw):\n    return dict(text=raw['txt'].upper())\n\n\n"
+    "def part_filter(part):\n    return part == 'txt'\n"
+)
+
+
+@pytest.mark.parametrize("style", sorted(CLASS_STYLE))
+def test_class_style_dataset_yaml(root, tmp_path, style):
+    import shutil
+
+    copy = str(tmp_path / "ds")
+    shutil.copytree(root, copy)
+    (tmp_path / "ds" / ".nv-meta" / "dataset.yaml").write_text(CLASS_STYLE[style])
+    (tmp_path / "ds" / ".nv-meta" / "sample_loader.py").write_text(SAMPLE_LOADER)
+
+    def batches(mod):
+        class TE(mod.DefaultTaskEncoder):
+            decoder = None  # the synthetic jpg parts are random bytes
+
+        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = mod.get_val_dataset(copy, worker_config=wc, batch_size=7, task_encoder=TE())
+        field = "caption" if style == "field_map" else "text"
+        return [
+            (type(b).__name__, b.__key__, getattr(b, field), b.__subflavors__) for b in mod.get_loader(ds)
+        ]
+
+    ours, ref = batches(ea), batches(energon)
+    assert ours == ref and ours[0][0] == ("CaptioningSample" if style == "field_map" else "TextSample")
