@@ -60,7 +60,7 @@ def open_leaf(leaf: Leaf, storage_options: dict | None = None) -> SplitSource:
             dataset_yaml=leaf.dataset_config or "dataset.yaml",
             split_config=leaf.split_config or "split.yaml",
         )
-    if leaf.subset is not None:
+    if leaf.subset is not None and leaf.join is None:  # a join applies its subset to the joined rows
         start, end = leaf.subset.bounds(len(src), src.name)
         if (start, end) != (0, len(src)):
             src = src.subset(start, end)
