@@ -53,6 +53,7 @@ class JoinMember:
 class JoinSpec:
     members: dict[str, JoinMember] | list[JoinMember]
     joiner: dict  # {__module__, __class__}: a sample type or a callable
+    mds_path: str = ""  # the metadataset file that declares the join (energon keeps its join index beside it)
 
 
 @dataclass
@@ -89,13 +90,14 @@ def join_path(base: str, rel: str) -> str:
     return f"{scheme}://{posixpath.normpath(posixpath.join(rest, rel))}"
 
 
-class _Doc:
+class MdsFile:
     """One metadataset file: its URL (for messages), its folder and its parsed content."""
 
     def __init__(self, path: str, storage_options: dict | None):
         base, name = posixpath.split(str(path).rstrip("/"))
         storage = open_storage(base or ".", storage_options)
         self.where = storage.url_of(name)
+        self.path = str(path)
         self.folder = storage.url
         try:
             self.data = parse_yaml_tracked(storage.read_text(name), self.where)
@@ -142,14 +144,14 @@ class _Resolver:
         if path in self.stack:
             chain = " -> ".join([*self.stack[self.stack.index(path) :], path])
             raise LoaderError(f"{where}: metadataset cycle: {chain}")
-        doc = _Doc(path, self.storage_options)
+        doc = MdsFile(path, self.storage_options)
         self.stack.append(path)
         try:
             return self._split(doc, split_part, subflavors, subset)
         finally:
             self.stack.pop()
 
-    def _split(self, doc: _Doc, split_part: str, subflavors, subset) -> ResolvedSplit:
+    def _split(self, doc: MdsFile, split_part: str, subflavors, subset) -> ResolvedSplit:
         data = doc.data
         if not isinstance(data, dict):
             raise LoaderError(f"{doc.where}: a metadataset must be a mapping, got {type(data).__name__}")
@@ -262,7 +264,7 @@ class _Resolver:
             split_part=node.get("split_part") or split_part,
             subflavors=subflavors,
             subset=subset,
-            join=JoinSpec(members, dict(joiner)),
+            join=JoinSpec(members, dict(joiner), doc.path),
         )
 
     def _join_member(self, doc, node) -> JoinMember:
@@ -321,7 +323,7 @@ def _scaled(inner: ResolvedSplit, mode: str, factor: float, where: str) -> list[
     return out
 
 
-def _check_shuffle_multiplier(doc: _Doc, node: dict) -> None:
+def _check_shuffle_multiplier(doc: MdsFile, node: dict) -> None:
     value = node.get("shuffle_over_epochs_multiplier", 1)
     if value != 1:
         raise LoaderError(
@@ -330,7 +332,7 @@ def _check_shuffle_multiplier(doc: _Doc, node: dict) -> None:
         )
 
 
-def _aux(doc: _Doc, node: dict, dataset_path: str) -> dict[str, str]:
+def _aux(doc: MdsFile, node: dict, dataset_path: str) -> dict[str, str]:
     raw = doc.mapping(node, "aux", "dataset reference")
     if not raw:
         return {}

@@ -288,8 +288,6 @@ def join_roots(tmp_path_factory):
 def test_join_loaded_like_energon(join_roots, tmp_path):
     """(nonmatch 'none' is not compared: energon 7.4.1 fails reading the missing member; see
     tests/loader/test_metadataset_join.py)"""
-    from megatron.energon.epathlib import EPath
-
     primary, other = join_roots
     path = _write(
         tmp_path,
@@ -306,7 +304,8 @@ def test_join_loaded_like_energon(join_roots, tmp_path):
       __class__: TextSample
 """,
     )
-    energon.prepare_metadataset(EPath(path))  # energon needs its join index; energon-arrow joins on load
+    # energon needs its join index (energon-arrow joins on load): ours must be the file energon looks for
+    assert len(ea.prepare_metadataset(path)) == 1
 
     def run(mod, split):
         class TE(mod.DefaultTaskEncoder):
@@ -330,3 +329,31 @@ def test_join_loaded_like_energon(join_roots, tmp_path):
     assert ours == run(energon, "val")
     assert len(ours) == 12  # 75% of the 16 primary samples that the other dataset has
     assert collections.Counter(run(ea, "train")) == collections.Counter(run(energon, "train"))
+
+
+def test_traverse_metadataset_like_energon(root, tmp_path):
+    _write(
+        tmp_path,
+        "inner.yaml",
+        V2
+        + f"""  train:
+    blend:
+      - {{path: {root}, subflavors: {{a: inner, b: inner}}, aux: {{media: {root}, files: "filesystem://media"}}}}
+      - {{path: {root}, split_part: val}}
+""",
+    )
+    path = _write(
+        tmp_path,
+        "outer.yaml",
+        V2
+        + """  train:
+    blend:
+      - {path: inner.yaml, subflavors: {b: outer}}
+      - {path: inner.yaml, split_part: train, subset: {range: ["0%", "50%"]}}
+""",
+    )
+    ours = ea.traverse_metadataset(path, split_part="train")
+    ref = energon.traverse_metadataset(path, split_part="train")
+    assert [(r.path, r.split_part, r.subflavors, r.aux) for r in ours] == [
+        (str(r.path), r.split_part, r.subflavors, {k: str(v) for k, v in r.aux.items()}) for r in ref
+    ]

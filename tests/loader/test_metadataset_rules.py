@@ -218,3 +218,21 @@ def test_cycles_and_mixed_modes_are_errors(tmp_path, prepared_root):
     _write(tmp_path, "mix.yaml", "  train:\n    blend:\n      - path: ep.yaml\n")
     with pytest.raises(LoaderError, match="cannot mix blend with blend_epochized"):
         resolve_split(str(tmp_path / "mix.yaml"), "train")
+
+
+def test_prepare_metadataset_checks_datasets_and_drops_stale_join_indexes(tmp_path, prepared_root):
+    (tmp_path / "m.yaml.cache").mkdir()
+    (tmp_path / "m.yaml.cache" / "join_index_old.bin").write_bytes(b"x")
+    path = _write(tmp_path, "m.yaml", f"  train:\n    path: {prepared_root}\n  val:\n    path: missing\n")
+    with pytest.raises(LoaderError, match=r"m\.yaml: split 'val': .*missing is not a prepared dataset"):
+        ea.prepare_metadataset(path)
+    path = _write(tmp_path, "m.yaml", f"  train:\n    path: {prepared_root}\n")
+    assert ea.prepare_metadataset(path) == []
+    assert not (tmp_path / "m.yaml.cache" / "join_index_old.bin").exists()
+    with pytest.raises(LoaderError, match="does not support joined datasets"):
+        _write(
+            tmp_path,
+            "j.yaml",
+            f"  train:\n    join: [{{path: {prepared_root}}}]\n    joiner: {{__class__: TextSample}}\n",
+        )
+        ea.traverse_metadataset(str(tmp_path / "j.yaml"), split_part="train")
