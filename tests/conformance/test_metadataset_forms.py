@@ -357,3 +357,47 @@ def test_traverse_metadataset_like_energon(root, tmp_path):
     assert [(r.path, r.split_part, r.subflavors, r.aux) for r in ours] == [
         (str(r.path), r.split_part, r.subflavors, {k: str(v) for k, v in r.aux.items()}) for r in ref
     ]
+
+
+def test_aux_file_stores_in_cookers(root, tmp_path):
+    import shutil
+
+    crude = str(tmp_path / "crude")
+    shutil.copytree(root, crude)
+    (tmp_path / "crude" / ".nv-meta" / "dataset.yaml").write_text(
+        "__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors: {kind: crude}\n"
+    )
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "note.txt").write_bytes(b"from the folder")
+    path = _write(
+        tmp_path,
+        "m.yaml",
+        V2 + f'  val:\n    path: crude\n    aux:\n      media: {root}\n      files: "filesystem://files"\n',
+    )
+
+    def run(mod):
+        @mod.stateless
+        def cook(sample, *, media, files):
+            caption = media.get(sample["__key__"] + ".txt", sample)
+            note = files.get("note.txt", sample)
+            return mod.TextSample(
+                __key__=sample["__key__"],
+                __restore_key__=sample["__restore_key__"],
+                __subflavors__=sample["__subflavors__"],
+                text=f"{bytes(caption).decode()}|{bytes(note).decode()}",
+            )
+
+        class TE(mod.DefaultTaskEncoder):
+            decoder = None
+            cookers = [mod.Cooker(cook)]
+
+        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = mod.get_val_dataset(path, worker_config=wc, batch_size=4, task_encoder=TE())
+        return [
+            (k, t, tuple(f.items()))
+            for b in mod.get_loader(ds)
+            for k, t, f in zip(b.__key__, b.text, b.__subflavors__)
+        ]
+
+    ours = run(ea)
+    assert ours == run(energon) and ours[0][1].endswith("|from the folder")
