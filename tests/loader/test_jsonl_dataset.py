@@ -95,3 +95,15 @@ def test_missing_or_stale_index(tmp_path):
         f.write('{"text": "new"}\n')
     with pytest.raises(LoaderError, match="run prepare again"):
         _samples(path)
+
+
+def test_cli_prepare_writes_the_index(tmp_path, capsys):
+    from energon_arrow.cli.main import main
+
+    path = _write(tmp_path / "c.jsonl", 3)
+    main(["prepare", path])
+    assert "3 samples" in capsys.readouterr().out
+    ends = np.cumsum([len(line) for line in (tmp_path / "c.jsonl").read_bytes().splitlines(keepends=True)])
+    assert (tmp_path / "c.jsonl.idx").read_bytes() == np.r_[0, ends].astype("<u8").tobytes()
+    with pytest.raises(SystemExit):
+        main(["prepare", path, "--split-ratio", "1,0,0"])
