@@ -236,3 +236,27 @@ def test_prepare_metadataset_checks_datasets_and_drops_stale_join_indexes(tmp_pa
             f"  train:\n    join: [{{path: {prepared_root}}}]\n    joiner: {{__class__: TextSample}}\n",
         )
         ea.traverse_metadataset(str(tmp_path / "j.yaml"), split_part="train")
+
+
+def test_epochized_schedule_is_exact_per_epoch_and_rank_independent():
+    import numpy as np
+
+    from energon_arrow.loader.epochized import EpochizedSchedule
+
+    s = EpochizedSchedule([7, 5, 3], [1.0, 2.5, 0.4], global_batch_size=4, seed=3)
+    assert s.epoch_length == 7 + 12 + 1
+    slots = [s.slots(b, 0, 4) for b in range(3 * 20 // 4)]  # 3 epochs of 20
+    owner = np.concatenate([o for o, _ in slots])
+    pos = np.concatenate([p for _, p in slots])
+    for e in range(3):
+        o, p = owner[20 * e : 20 * (e + 1)], pos[20 * e : 20 * (e + 1)]
+        assert np.bincount(o, minlength=3).tolist() == [7, 12, 1]
+        assert sorted(p[o == 0] % 7) == list(range(7))  # every sample of the one pass
+        second = p[o == 1]
+        assert sorted(second // 5) == [3 * e] * 5 + [3 * e + 1] * 5 + [3 * e + 2] * 2  # passes 3e, 3e+1, 3e+2
+    # two ranks of half a batch each see exactly the slots of the whole batch
+    for b in range(5):
+        whole = s.slots(b, 0, 4)
+        halves = [s.slots(b, 0, 2), s.slots(b, 2, 4)]
+        assert np.concatenate([h[0] for h in halves]).tolist() == whole[0].tolist()
+        assert np.concatenate([h[1] for h in halves]).tolist() == whole[1].tolist()
