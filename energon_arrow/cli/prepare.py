@@ -41,6 +41,19 @@ def _dataset_yaml(sample_type, field_map, skip, non_interactive, interactive_par
     return ask_dataset_yaml(*interactive_parts())
 
 
+def _prepare_jsonl(path, storage_options, *dataset_options) -> None:
+    """A crude JSONL dataset: only its `.jsonl.idx` index (energon's `prepare` of a .jsonl file)."""
+    from energon_arrow.index.jsonl_index import prepare_jsonl
+
+    if any(dataset_options):
+        raise click.UsageError(
+            "a .jsonl dataset has no splits, excludes or dataset.yaml: only its index is written; "
+            "select parts of it with a metadataset subset"
+        )
+    n = prepare_jsonl(path, storage_options)
+    click.echo(f"Prepared {path}: {n} samples, index {path[: -len('.jsonl')]}.jsonl.idx")
+
+
 @click.command(name="prepare")
 @click.argument("path")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (on stderr).")
@@ -124,6 +137,9 @@ def command(
     from energon_arrow.meta import info_exists, parse_split_parts, parse_split_ratio
     from energon_arrow.tar import index_shard
 
+    if str(path).endswith(".jsonl"):
+        _prepare_jsonl(path, storage_options, split_parts, split_ratio, exclude, sample_type, field_map)
+        return
     interactive = not non_interactive and _stdin_is_tty()
     storage = open_storage(path, storage_options)
     options = PrepareOptions(

@@ -18,6 +18,7 @@ import torch
 
 from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.builder import SampleBuilder
+from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
 from energon_arrow.loader.image_slots import SlotAllocator, SlotBoard
@@ -70,7 +71,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
         decoder: PartDecoder | None = None,
         task_encoder: Any = None,
         trust_remote_code: bool = False,
+        repetitions: list[float] | None = None,
     ):
+        """`repetitions`: blend_epochized repetitions per source (exclusive with `weights`): an epoch holds
+        every sample of each whole repetition (see loader/epochized.py)."""
         if not sources:
             raise LoaderError("no datasets to load")
         if settings.global_batch_size % world_size:
@@ -88,14 +92,21 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.local_batch_size = settings.global_batch_size // world_size
         self.decoder = decoder if decoder is not None else PartDecoder()
         self.hooks = TaskHooks(task_encoder)
-        self.schedule = BatchSchedule(
-            [len(s) for s in sources], settings.global_batch_size, settings.seed, weights
-        )
-        self.limit = None if settings.repeat else int(sum(len(s) for s in sources))
+        sizes = [len(s) for s in sources]
+        if repetitions is not None:
+            if weights is not None:
+                raise LoaderError("blend weights and blend_epochized repetitions cannot be combined")
+            self.schedule = EpochizedSchedule(sizes, repetitions, settings.global_batch_size, settings.seed)
+            epoch = self.schedule.epoch_length
+        else:
+            self.schedule = BatchSchedule(sizes, settings.global_batch_size, settings.seed, weights)
+            epoch = int(sum(sizes))
+        self.limit = None if settings.repeat else epoch
         if self.limit is not None and settings.drop_last:
             self.limit -= self.limit % settings.global_batch_size
         self.builders = [
-            SampleBuilder(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code) for s in sources
+            (s.builder or SampleBuilder)(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code)
+            for s in sources
         ]
         self.layouts = [BlockLayout(src.shard_id, settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)

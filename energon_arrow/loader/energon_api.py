@@ -15,11 +15,9 @@ from typing import Any
 
 from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.filestore import open_file_store
 from energon_arrow.loader.loader import Loader
-from energon_arrow.loader.metadataset import is_metadataset, read_metadataset, subset_bounds
+from energon_arrow.loader.metadataset_sources import OpenedSources, open_sources
 from energon_arrow.loader.ranks import distributed_rank_world
-from energon_arrow.loader.source import SplitSource, open_split
 from energon_arrow.samples.batch import batch_samples
 from energon_arrow.samples.cookers import Cooker
 from energon_arrow.samples.decoders import PartDecoder
@@ -119,25 +117,8 @@ def _refuse(kwargs: dict) -> None:
         raise LoaderError(f"unsupported energon argument(s): {reasons}")
 
 
-def _sources(path, split_part, subflavors, storage_options) -> tuple[list[SplitSource], list[float] | None]:
-    if not is_metadataset(str(path)):
-        return [open_split(path, split_part, storage_options, subflavors)], None
-    mds = read_metadataset(str(path), split_part, storage_options)
-    sources, weights = [], []
-    for e in mds.entries:
-        src = open_split(
-            e.path,
-            e.split_part or split_part,
-            storage_options,
-            {**(e.subflavors or {}), **(subflavors or {})},
-        )
-        start, end = subset_bounds(e.subset, len(src), src.name)
-        if (start, end) != (0, len(src)):
-            src = src.subset(start, end)
-        src.aux = {name: open_file_store(ref, storage_options) for name, ref in e.aux.items()}
-        sources.append(src)
-        weights.append(e.weight if mds.mode == "blend" else e.repetitions * len(src))
-    return sources, (weights if mds.mode != "single" else None)
+def _sources(path, split_part, subflavors, storage_options) -> OpenedSources:
+    return open_sources(path, split_part, subflavors, storage_options)
 
 
 def _dataset(
@@ -162,9 +143,9 @@ def _dataset(
         raise LoaderError(
             f"task_encoder.decoder must be an energon_arrow PartDecoder or None, got {decoder!r}"
         )
-    sources, weights = _sources(path, split_part, subflavors, storage_options)
+    opened = _sources(path, split_part, subflavors, storage_options)
     ds = BatchDataset(
-        sources,
+        opened.sources,
         LoaderSettings(
             global_batch_size=batch_size * worker_config.world_size,
             seed=worker_config.seed_offset,
@@ -172,7 +153,7 @@ def _dataset(
         ),
         rank=worker_config.rank,
         world_size=worker_config.world_size,
-        weights=weights if weights_used else None,
+        **opened.dataset_arguments(training=weights_used, repeat=settings["repeat"]),
         decoder=decoder if decoder is not None else PartDecoder(raw=True),
         task_encoder=te,
         trust_remote_code=trust_remote_code,

@@ -41,6 +41,7 @@ class SplitSource:
     aux: dict = field(default_factory=dict)  # name -> file store handed to cookers (metadataset `aux:`)
     parts: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
     _key_maps: list = field(default_factory=list)  # memory maps behind `keys` (see map_index)
+    builder: Any = None  # the SampleBuilder class for this source (None: SampleBuilder; JSONL has its own)
 
     def __len__(self) -> int:
         return len(self.shard_id)

@@ -1,6 +1,8 @@
 """`.nv-meta/dataset.yaml`: which sample type the shards hold and how parts map to its fields.
 
-Three shapes (energon 7.4.1):
+Three shapes (energon 7.4.1), each also in energon's class style (`__module__: megatron.energon`,
+`__class__: CaptioningWebdataset` / `TextWebdataset` / ... instead of `sample_type`, or
+`__class__: StandardWebdatasetFactory` next to `sample_type`):
 - field map:     `{sample_type: {__module__: megatron.energon, __class__: X}, field_map: {field: "jpg", ...}}`
 - sample loader: `{sample_type: {...}, sample_loader: "sample_loader.py:sample_loader",
                    part_filter: "sample_loader.py:part_filter"}` (code next to the yaml)
@@ -39,6 +41,9 @@ class DatasetYaml:
     subflavors: dict | None = None
     crude: bool = False
     extra: dict = field(default_factory=dict)  # other keys, kept verbatim when rewriting
+    dataset_class: str | None = (
+        None  # class-style dataset.yaml: `__class__: TextWebdataset` (kept when rewriting)
+    )
 
 
 def check_sample_type(name: str) -> str:
@@ -102,6 +107,41 @@ def crude_dataset() -> DatasetYaml:
     return DatasetYaml(crude=True)
 
 
+# energon's generic dataset classes, which take a `sample_type`
+_FACTORIES = (
+    "StandardWebdatasetFactory",
+    "DefaultGenericWebdatasetFactory",
+    "DefaultDecoderWebdatasetFactory",
+)
+
+
+# energon 7.4.1's (deprecated) per-type dataset classes and the sample type each loads
+_CLASS_SAMPLE = {
+    f"{name}Webdataset": f"{name}Sample"
+    for name in (
+        "Captioning", "Image", "ImageClassification", "Interleaved", "MultiChoiceVQA", "OCR",
+        "SimilarityInterleaved", "Text", "VidQA", "VQA", "VQAOCR",
+    )
+}  # fmt: skip
+
+
+def _dataset_class(raw: dict, where: str) -> str | None:
+    """The `__class__` of a class-style dataset.yaml (popped with its `__module__`), None when absent."""
+    if "__class__" not in raw:
+        return None
+    cls, module = str(raw.pop("__class__")), raw.pop("__module__", ENERGON_MODULE)
+    if module != ENERGON_MODULE:
+        raise MetaError(
+            f"{where}: __module__ {module!r}: only megatron.energon's dataset classes are supported"
+        )
+    if cls in _FACTORIES:
+        return cls
+    if cls in _CLASS_SAMPLE:
+        return cls
+    known = sorted([*_FACTORIES, *_CLASS_SAMPLE, CRUDE])
+    raise MetaError(f"{where}: unknown dataset __class__ {cls!r}; known: {', '.join(known)}")
+
+
 def parse_dataset_yaml(text: str, where: str = DATASET_YAML) -> DatasetYaml:
     raw = parse_yaml(text, where)
     if not isinstance(raw, dict):
@@ -112,10 +152,17 @@ def parse_dataset_yaml(text: str, where: str = DATASET_YAML) -> DatasetYaml:
         raw.pop("__class__")
         out = DatasetYaml(crude=True)
     else:
+        dataset_class = _dataset_class(raw, where)
         st = raw.pop("sample_type", None)
-        if not isinstance(st, dict) or "__class__" not in st:
-            raise MetaError(f"{where}: 'sample_type' must be a mapping with __module__ and __class__")
+        if dataset_class in _FACTORIES or dataset_class is None:
+            if not isinstance(st, dict) or "__class__" not in st:
+                raise MetaError(f"{where}: 'sample_type' must be a mapping with __module__ and __class__")
+        elif st is not None:
+            raise MetaError(f"{where}: {dataset_class} fixes the sample type; remove 'sample_type'")
+        else:  # class style: `__class__: CaptioningWebdataset` loads CaptioningSample
+            st = {"__module__": ENERGON_MODULE, "__class__": _CLASS_SAMPLE[dataset_class]}
         out = DatasetYaml(sample_type=str(st["__class__"]), sample_type_module=str(st.get("__module__", "")))
+        out.dataset_class = dataset_class
         fm = raw.pop("field_map", None)
         if fm is not None and not isinstance(fm, dict):
             raise MetaError(f"{where}: 'field_map' must be a mapping of field -> part")
@@ -138,7 +185,9 @@ def dataset_yaml_bytes(d: DatasetYaml) -> bytes:
     if d.crude:
         obj: dict = {"__module__": ENERGON_MODULE, "__class__": CRUDE}
     else:
-        obj = {"sample_type": {"__module__": d.sample_type_module, "__class__": d.sample_type}}
+        obj = {} if d.dataset_class is None else {"__module__": ENERGON_MODULE, "__class__": d.dataset_class}
+        if d.dataset_class is None or d.dataset_class in _FACTORIES:
+            obj["sample_type"] = {"__module__": d.sample_type_module, "__class__": d.sample_type}
         if d.field_map is not None:
             obj["field_map"] = dict(d.field_map)
         if d.sample_loader is not None:

@@ -92,11 +92,11 @@ def test_val_split_part_and_single_dataset(tmp_path, prepared_root):
 def test_metadataset_errors(tmp_path, prepared_root):
     with pytest.raises(LoaderError, match="no split 'train'"):
         _keys(_mds(tmp_path, f"  val:\n    path: {prepared_root}\n"), 1)
-    with pytest.raises(LoaderError, match="'join' metadatasets are not supported"):
-        _keys(_mds(tmp_path, "  train:\n    join: []\n"), 1)
-    with pytest.raises(LoaderError, match="subset range \\[0, 1000\\) outside"):
+    with pytest.raises(LoaderError, match="line 6: join must be a non-empty list"):
+        _keys(_mds(tmp_path, "  train:\n    joiner: {__class__: TextSample}\n    join: []\n"), 1)
+    with pytest.raises(LoaderError, match=r"subset range \[0, 1000\] is outside the split's 120 samples"):
         _keys(_mds(tmp_path, f"  train:\n    path: {prepared_root}\n    subset: {{range: [0, 1000]}}\n"), 1)
-    with pytest.raises(LoaderError, match=r"unsupported entry keys \['colour'\]"):
+    with pytest.raises(LoaderError, match=r"mds.yaml: line 6: unknown key 'colour' in split 'train'"):
         _keys(_mds(tmp_path, f"  train:\n    path: {prepared_root}\n    colour: red\n"), 1)
 
 
@@ -128,7 +128,7 @@ def test_subset_keeps_everything_but_the_rows():
 
 
 def test_relative_paths_are_normalised_under_urls_too():
-    from energon_arrow.loader.metadataset import _join
+    from energon_arrow.loader.mds_tree import join_path as _join
 
     assert _join("s3://b/meta", "../data/ds") == "s3://b/data/ds"
     assert _join("/x/meta", "../data/ds") == "/x/data/ds"
@@ -137,9 +137,9 @@ def test_relative_paths_are_normalised_under_urls_too():
 
 def test_invalid_metadataset_yaml_names_the_line(tmp_path):
     from energon_arrow.loader.errors import LoaderError
-    from energon_arrow.loader.metadataset import read_metadataset
+    from energon_arrow.loader.mds_tree import resolve_split
 
     path = tmp_path / "m.yaml"
     path.write_text("__class__: MetadatasetV2\nsplits:\n  train: [\n")
     with pytest.raises(LoaderError, match=r"m\.yaml: line \d+, column \d+: invalid YAML"):
-        read_metadataset(str(path), "train")
+        resolve_split(str(path), "train")

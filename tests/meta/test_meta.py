@@ -194,3 +194,26 @@ def test_tar_index_file(local_root):
     assert tar_index_name("a.b/s.tar") == "a.b/s.tar.idx"
     store.write_atomic(tar_index_name("a.b/s.tar"), tar_index_bytes([0, 1536, 3072]))
     assert read_tar_index(store, "a.b/s.tar").tolist() == [0, 1536, 3072]
+
+
+def test_class_style_dataset_yaml_parses_and_round_trips():
+    from energon_arrow.meta import MetaError, dataset_yaml_bytes, parse_dataset_yaml
+
+    text = (
+        "__module__: megatron.energon\n__class__: VQAOCRWebdataset\nfield_map: {image: jpg, context: txt}\n"
+    )
+    d = parse_dataset_yaml(text, "ds.yaml")
+    assert (d.sample_type, d.dataset_class, d.field_map) == (
+        "VQAOCRSample",
+        "VQAOCRWebdataset",
+        {"image": "jpg", "context": "txt"},
+    )
+    assert parse_dataset_yaml(dataset_yaml_bytes(d).decode(), "again") == d
+    std = "__class__: StandardWebdatasetFactory\nsample_type: {__module__: megatron.energon, __class__: TextSample}\nfield_map: {text: txt}\n"
+    assert parse_dataset_yaml(std, "std.yaml").sample_type == "TextSample"
+    with pytest.raises(MetaError, match=r"ds\.yaml: unknown dataset __class__ 'FooWebdataset'"):
+        parse_dataset_yaml(
+            "__module__: megatron.energon\n__class__: FooWebdataset\nfield_map: {}\n", "ds.yaml"
+        )
+    with pytest.raises(MetaError, match="fixes the sample type"):
+        parse_dataset_yaml(text + "sample_type: {__class__: TextSample}\n", "ds.yaml")

@@ -1,0 +1,154 @@
+"""`join:` metadatasets in the loader: samples of several prepared datasets joined by sample key.
+
+Which rows exist and which members match is decided by the query layer's `join_datasets` (energon's nonmatch
+rules: `skip` drops the row, `none` passes None, `error` fails naming the first missing key). The joined source
+is the primary's split restricted to the joined rows (then `subset:` applies to the joined rows, as in energon);
+for each other member an int64 array gives its row per joined row (-1: no match). `JoinedBuilder` builds the
+primary's sample and each member's sample (each with its own dataset.yaml) and hands them to the joiner: a sample
+type (`Type.from_joined`) or a callable, positionally for a `join:` list, by name for a `join:` mapping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from energon_arrow.loader.assemble import sample_parts
+from energon_arrow.loader.builder import SampleBuilder
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.mds_tree import JoinMember, Leaf
+from energon_arrow.loader.reader import SampleReader
+from energon_arrow.loader.source import SplitSource, map_index, open_split
+
+
+def take_rows(src: SplitSource, rows: np.ndarray) -> SplitSource:
+    """The rows `rows` (in that order) of a source's table."""
+    return dataclasses.replace(
+        src,
+        shard_id=np.asarray(src.shard_id)[rows],
+        sample_index=np.asarray(src.sample_index)[rows],
+        byte_offset=np.asarray(src.byte_offset)[rows],
+        byte_size=np.asarray(src.byte_size)[rows],
+        keys=None if src.keys is None else src.keys.take(pa.array(rows)),
+        parts=None
+        if src.parts is None
+        else {k: (np.asarray(o)[rows], np.asarray(z)[rows]) for k, (o, z) in src.parts.items()},
+        _key_maps=[],
+    )
+
+
+def resolve_joiner(spec: dict, where: str) -> Any:
+    """A `joiner: {__module__, __class__}`: one of energon's sample types, or a class / function of a module."""
+    from energon_arrow.samples.types import resolve_sample_type
+
+    module, name = str(spec.get("__module__", "megatron.energon")), str(spec["__class__"])
+    if module == "megatron.energon" or module.startswith("megatron.energon."):
+        return resolve_sample_type(name, module, where)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise LoaderError(f"{where}: joiner {module}.{name} cannot be imported: {exc}") from None
+
+
+def _row_of(keys: pa.Array, src: SplitSource) -> np.ndarray:
+    """Row of each key in `src`'s table (-1 when absent)."""
+    idx = pc.index_in(keys, value_set=src.keys.cast(keys.type))
+    return pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def open_joined(leaf: Leaf, storage_options: dict | None = None) -> SplitSource:
+    from energon_arrow.query import open_dataset
+    from energon_arrow.query.join import JoinMember as QueryMember
+    from energon_arrow.query.join import join_datasets
+
+    spec = leaf.join
+    named = isinstance(spec.members, dict)
+    items: list[tuple[str, JoinMember]] = (
+        list(spec.members.items()) if named else [(f"d{i}", m) for i, m in enumerate(spec.members)]
+    )
+    opened, members = [], {}
+    try:
+        for name, m in items:
+            ds = open_dataset(m.path, storage_options, split_config=m.split_config or "split.yaml")
+            opened.append(ds)
+            members[name] = QueryMember(ds, m.nonmatch, m.split_part)
+        joined = join_datasets(members, leaf.split_part)
+    except ValueError as exc:
+        raise LoaderError(f"join of {[m.path for _, m in items]}: {exc}") from None
+    finally:
+        for ds in opened:
+            ds.close()
+    keys = joined["sample_key"].combine_chunks()
+    srcs = [
+        open_split(
+            m.path,
+            m.split_part or leaf.split_part,
+            storage_options,
+            {**(m.subflavors or {}), **(leaf.subflavors or {})},
+            dataset_yaml=m.dataset_config or "dataset.yaml",
+            split_config=m.split_config or "split.yaml",
+        )
+        for _, m in items
+    ]
+    primary = take_rows(srcs[0], _row_of(keys, srcs[0]))
+    rows = []
+    for (name, _), src in zip(items[1:], srcs[1:]):
+        r = _row_of(keys, src)
+        r[~joined[f"{name}_matched"].to_numpy(zero_copy_only=False).astype(bool)] = -1
+        rows.append(r)
+    if leaf.subset is not None:
+        start, end = leaf.subset.bounds(len(primary), primary.name)
+        primary = primary.subset(start, end)
+        rows = [r[start:end] for r in rows]
+    primary.subflavors = leaf.subflavors
+    primary.name = f"join of {', '.join(m.path for _, m in items)} split {leaf.split_part!r}"
+    primary.builder = functools.partial(
+        JoinedBuilder,
+        members=list(zip(srcs[1:], rows)),
+        joiner=resolve_joiner(spec.joiner, primary.name),
+        names=[name for name, _ in items] if named else None,
+    )
+    return map_index(primary)
+
+
+class JoinedBuilder(SampleBuilder):
+    """The joined sample of a row: the primary's sample and each member's (None where unmatched), joined."""
+
+    def __init__(self, storage, config, decoder, subflavors, trust_remote_code, *, members, joiner, names):
+        self.primary = SampleBuilder(storage, config, decoder, subflavors, trust_remote_code)
+        super().__init__(storage, config, decoder, subflavors, trust_remote_code)
+        self.field_map = None  # never column-wise: every sample is joined
+        self.members = [
+            (src, rows, SampleBuilder(src.storage, src.config, decoder, src.subflavors, trust_remote_code))
+            for src, rows in members
+        ]
+        self.readers: list[SampleReader] | None = None  # opened in the process that reads
+        if isinstance(joiner, type) and hasattr(joiner, "from_joined"):
+            joiner = joiner.from_joined
+        self.joiner, self.names = joiner, names
+
+    def _member(self, i: int, row: int) -> Any:
+        src, rows, builder = self.members[i]
+        r = int(rows[row])
+        if r < 0:
+            return None
+        if self.readers is None:
+            self.readers = [SampleReader(s) for s, _, _ in self.members]
+        (view,) = self.readers[i].read(np.array([r], np.int64))
+        key, parts = sample_parts(src, r, view)
+        return builder.build(key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), r)
+
+    def build(self, key: str, parts: dict, shard: str, sample_index: int, split_index: int) -> Any:
+        samples = [
+            self.primary.build(key, parts, shard, sample_index, split_index),
+            *(self._member(i, split_index) for i in range(len(self.members))),
+        ]
+        if self.names is None:
+            return self.joiner(*samples)
+        return self.joiner(**dict(zip(self.names, samples)))

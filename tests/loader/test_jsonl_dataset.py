@@ -1,0 +1,109 @@
+"""Crude JSONL datasets: energon's `.jsonl.idx` index written byte-identically, samples loaded through cookers,
+inside metadatasets, with clear errors for bad lines and stale indexes."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+import energon_arrow as ea
+from energon_arrow.index.jsonl_index import JsonlIndexError, jsonl_offsets, prepare_jsonl
+from energon_arrow.loader.errors import LoaderError
+
+
+def cook(sample):
+    return ea.TextSample(
+        __key__=sample["__key__"],
+        __restore_key__=sample["__restore_key__"],
+        __subflavors__=sample["__subflavors__"],
+        text=sample["json"]["text"],
+    )
+
+
+class TE(ea.DefaultTaskEncoder):
+    cookers = [ea.Cooker(cook)]
+
+
+def _write(path, n, blank_every=0):
+    lines = []
+    for i in range(n):
+        lines.append(f'{{"text": "t{i}", "i": {i}}}')
+        if blank_every and i % blank_every == 0:
+            lines.append("   ")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_index_matches_energons_for_any_chunking(tmp_path):
+    from megatron.energon.epathlib import EPath
+    from megatron.energon.flavors.jsonl.jsonl_prepare import JsonlPreparator
+
+    path = _write(tmp_path / "d.jsonl", 40, blank_every=7)
+    with open(path, "ab") as f:
+        f.write(b'\n\n{"text": "last"}')  # blank lines, then a last line without newline
+    JsonlPreparator.prepare_dataset(EPath(path))
+    ref = (tmp_path / "d.jsonl.idx").read_bytes()
+    assert prepare_jsonl(path) == 41
+    assert (tmp_path / "d.jsonl.idx").read_bytes() == ref
+    data = (tmp_path / "d.jsonl").read_bytes()
+    for k in (1, 3, 64):
+        chunks = [data[i : i + k] for i in range(0, len(data), k)]
+        assert np.array_equal(jsonl_offsets(chunks), np.frombuffer(ref, "<u8"))
+
+
+def test_bad_lines_name_the_byte(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"a": 1}\n[1, 2]\n')
+    with pytest.raises(JsonlIndexError, match=r"bad\.jsonl: byte 9: .*JSON object"):
+        prepare_jsonl(str(path))
+    (tmp_path / "empty.jsonl").write_text("\n \n")
+    with pytest.raises(JsonlIndexError, match="no JSON lines"):
+        prepare_jsonl(str(tmp_path / "empty.jsonl"))
+
+
+def _samples(path, split="train", **kw):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    get = ea.get_train_dataset if split == "train" else ea.get_val_dataset
+    extra = {"repeat": False} if split == "train" else {}
+    ds = get(path, worker_config=wc, batch_size=4, task_encoder=TE(), **extra, **kw)
+    return [(k, t) for b in ea.get_loader(ds) for k, t in zip(b.__key__, b.text)]
+
+
+def test_load_jsonl_directly_and_in_a_metadataset(tmp_path):
+    path = _write(tmp_path / "d.jsonl", 30, blank_every=4)
+    prepare_jsonl(path)
+    val = _samples(path, split="val")
+    assert val == [(str(i), f"t{i}") for i in range(30)]
+    assert sorted(_samples(path)) == sorted(val)
+    mds = tmp_path / "m.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend_epochized:\n"
+        "      - {path: d.jsonl, repetitions: 2, subset: {range: [0, 10]}}\n"
+    )
+    counts = collections.Counter(_samples(str(mds)))
+    assert counts == {(str(i), f"t{i}"): 2 for i in range(10)}
+
+
+def test_missing_or_stale_index(tmp_path):
+    path = _write(tmp_path / "d.jsonl", 5)
+    with pytest.raises(LoaderError, match=r"d\.jsonl\.idx: no index"):
+        _samples(path)
+    prepare_jsonl(path)
+    with open(path, "a") as f:
+        f.write('{"text": "new"}\n')
+    with pytest.raises(LoaderError, match="run prepare again"):
+        _samples(path)
+
+
+def test_cli_prepare_writes_the_index(tmp_path, capsys):
+    from energon_arrow.cli.main import main
+
+    path = _write(tmp_path / "c.jsonl", 3)
+    main(["prepare", path])
+    assert "3 samples" in capsys.readouterr().out
+    ends = np.cumsum([len(line) for line in (tmp_path / "c.jsonl").read_bytes().splitlines(keepends=True)])
+    assert (tmp_path / "c.jsonl.idx").read_bytes() == np.r_[0, ends].astype("<u8").tobytes()
+    with pytest.raises(SystemExit):
+        main(["prepare", path, "--split-ratio", "1,0,0"])

@@ -1,0 +1,77 @@
+"""`join:` metadatasets in the loader: nonmatch rules, joiner callables by name, subset of the joined rows."""
+
+from __future__ import annotations
+
+import pytest
+
+import energon_arrow as ea
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.testing.synthetic import write_webdataset
+from tests.loader.conftest import prepare
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    base = tmp_path_factory.mktemp("join")
+    primary, other = str(base / "p"), str(base / "o")
+    write_webdataset(primary, shards=3, samples_per_shard=6, image_bytes=20)
+    write_webdataset(other, shards=2, samples_per_shard=6, image_bytes=30, seed=3)
+    prepare(primary, split_ratio="1,0,0")
+    prepare(other, split_ratio="1,0,0")
+    return primary, other
+
+
+def join_pair(primary, other):
+    """A joiner callable taking the samples by name."""
+    return ea.TextSample(
+        __key__=primary.__key__,
+        __restore_key__=primary.__restore_key__,
+        text="-" if other is None else other.__key__,
+    )
+
+
+class RawTE(ea.DefaultTaskEncoder):
+    decoder = None
+
+    def batch(self, samples):
+        return samples
+
+
+def _val(path):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_val_dataset(path, split_part="train", worker_config=wc, batch_size=4, task_encoder=RawTE())
+    return [s for b in ea.get_loader(ds) for s in b]
+
+
+def _mds(tmp_path, roots, nonmatch, joiner, subset="", mapping=True):
+    primary, other = roots
+    if mapping:
+        join = f"      primary: {{path: {primary}}}\n      other: {{path: {other}, nonmatch: {nonmatch}}}\n"
+    else:
+        join = f"      - {{path: {primary}}}\n      - {{path: {other}, nonmatch: {nonmatch}}}\n"
+    path = tmp_path / "j.yaml"
+    path.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"{subset}    join:\n{join}    joiner: {joiner}\n"
+    )
+    return str(path)
+
+
+def test_nonmatch_none_passes_none_by_name(tmp_path, roots):
+    joiner = "{__module__: tests.loader.test_metadataset_join, __class__: join_pair}"
+    out = _val(_mds(tmp_path, roots, "none", joiner))
+    assert len(out) == 18
+    assert all(o.text == o.__key__ for o in out[:12]) and all(o.text == "-" for o in out[12:])
+
+
+def test_nonmatch_skip_with_subset_and_sample_type(tmp_path, roots):
+    joiner = "{__module__: megatron.energon, __class__: CaptioningSample}"
+    out = _val(_mds(tmp_path, roots, "skip", joiner, '    subset: {range: ["50%", "100%"]}\n', mapping=False))
+    assert [s.__key__ for s in out] == [f"{i // 6:06d}_{i % 6:06d}" for i in range(6, 12)]
+    assert all(type(s).__name__ == "CaptioningSample" and len(s.__sources__) == 3 for s in out)
+
+
+def test_nonmatch_error_names_the_key(tmp_path, roots):
+    joiner = "{__module__: megatron.energon, __class__: CaptioningSample}"
+    with pytest.raises(LoaderError, match=r"sample key '000002_000000' .* nonmatch is 'error'"):
+        _val(_mds(tmp_path, roots, "error", joiner, mapping=False))
