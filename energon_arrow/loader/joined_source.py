@@ -133,7 +133,7 @@ class JoinedBuilder(SampleBuilder):
             joiner = joiner.from_joined
         self.joiner, self.names = joiner, names
 
-    def _member(self, i: int, row: int) -> Any:
+    def _member(self, i: int, row: int, seed: int | None) -> Any:
         src, rows, builder = self.members[i]
         r = int(rows[row])
         if r < 0:
@@ -142,12 +142,14 @@ class JoinedBuilder(SampleBuilder):
             self.readers = [SampleReader(s) for s, _, _ in self.members]
         (view,) = self.readers[i].read(np.array([r], np.int64))
         key, parts = sample_parts(src, r, view)
-        return builder.build(key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), r)
+        return builder.build(key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), r, seed)
 
-    def build(self, key: str, parts: dict, shard: str, sample_index: int, split_index: int) -> Any:
+    def build(
+        self, key: str, parts: dict, shard: str, sample_index: int, split_index: int, seed: int | None = None
+    ) -> Any:
         samples = [
-            self.primary.build(key, parts, shard, sample_index, split_index),
-            *(self._member(i, split_index) for i in range(len(self.members))),
+            self.primary.build(key, parts, shard, sample_index, split_index, seed),
+            *(self._member(i, split_index, seed) for i in range(len(self.members))),
         ]
         if self.names is None:
             return self.joiner(*samples)

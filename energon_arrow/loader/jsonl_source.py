@@ -26,7 +26,7 @@ from energon_arrow.samples import SourceInfo
 class JsonlBuilder(SampleBuilder):
     """Crude samples of a JSONL file: `json` parsed, `__sources__` naming the file as energon does."""
 
-    def _decode(self, part: str, data, shard: str, key: str):
+    def _decode(self, part: str, data, shard: str, key: str, seed: int | None = None):
         try:
             return json.loads(bytes(data))
         except ValueError as exc:
