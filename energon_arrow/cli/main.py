@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES = [
     "energon_arrow.cli.info",
     "energon_arrow.cli.preprocess",
     "energon_arrow.cli.merge",
+    "energon_arrow.cli.lint",
 ]
 
 
