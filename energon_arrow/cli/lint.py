@@ -14,7 +14,7 @@ class LintFailed(click.ClickException):
     """Some samples (or shard indexes) failed: the report is printed, the command exits 1."""
 
 
-def _open_jobs(path, splits, dataset_config, split_config, trust_remote_code, options, verify):
+def _open_jobs(path, splits, dataset_config, split_config, trust_remote_code, options, image_decode):
     """(split, source, builder) for each non-empty split, plus the names of the empty ones."""
     from energon_arrow.adapters import open_storage
     from energon_arrow.loader.builder import SampleBuilder
@@ -23,7 +23,7 @@ def _open_jobs(path, splits, dataset_config, split_config, trust_remote_code, op
     from energon_arrow.samples.decoders import PartDecoder
 
     storage = open_storage(path, options)
-    with open_dataset(storage, split_config=split_config, verify=verify) as ds:
+    with open_dataset(storage, split_config=split_config) as ds:  # checks the shards against the index
         known = set(ds.split_names)
     jobs, empty = [], []
     for split in splits:
@@ -34,7 +34,8 @@ def _open_jobs(path, splits, dataset_config, split_config, trust_remote_code, op
         if len(src) == 0:
             empty.append(split)
             continue
-        builder = SampleBuilder(storage, src.config, PartDecoder(), trust_remote_code=trust_remote_code)
+        decoder = PartDecoder(image_decode=image_decode)
+        builder = SampleBuilder(storage, src.config, decoder, trust_remote_code=trust_remote_code)
         jobs.append((split, src, builder))
     return storage, jobs, empty
 
@@ -84,6 +85,12 @@ def _progress(enabled: bool, total: int):
     show_default="one per CPU, at most 16",
     help="Worker processes (threads for object stores).",
 )
+@click.option(
+    "--image-decode",
+    default="pil",
+    show_default=True,
+    help="energon image_decode mode images are decoded to; 'pil' decodes every pixel without the tensor copy.",
+)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (on stderr).")
 @click.option("--trust-remote-code", is_flag=True, help="Run a remote dataset's sample_loader.py code.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
@@ -94,6 +101,7 @@ def command(
     dataset_config,
     split_config,
     parallel,
+    image_decode,
     progress,
     trust_remote_code,
     as_json,
@@ -111,7 +119,7 @@ def command(
     if not splits:
         raise click.BadParameter("names no split", param_hint="--split-parts")
     storage, jobs, empty = _open_jobs(
-        path, splits, dataset_config, split_config, trust_remote_code, storage_options, verify=True
+        path, splits, dataset_config, split_config, trust_remote_code, storage_options, image_decode
     )
     mismatches = check_tar_indexes(storage, read_info(storage).shard_counts)
     if not as_json:
