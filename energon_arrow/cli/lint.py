@@ -14,7 +14,7 @@ class LintFailed(click.ClickException):
     """Some samples (or shard indexes) failed: the report is printed, the command exits 1."""
 
 
-def _open_jobs(path, splits, dataset_config, split_config, trust_remote_code, options, image_decode):
+def open_split_jobs(path, splits, dataset_config, split_config, trust_remote_code, options, image_decode):
     """(split, source, builder) for each non-empty split, plus the names of the empty ones."""
     from energon_arrow.adapters import open_storage
     from energon_arrow.loader.builder import SampleBuilder
@@ -118,7 +118,7 @@ def command(
     splits = [s.strip() for s in split_parts.split(",") if s.strip()]
     if not splits:
         raise click.BadParameter("names no split", param_hint="--split-parts")
-    storage, jobs, empty = _open_jobs(
+    storage, jobs, empty = open_split_jobs(
         path, splits, dataset_config, split_config, trust_remote_code, storage_options, image_decode
     )
     mismatches = check_tar_indexes(storage, read_info(storage).shard_counts)

@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = [
     "energon_arrow.cli.preprocess",
     "energon_arrow.cli.merge",
     "energon_arrow.cli.lint",
+    "energon_arrow.cli.preview",
 ]
 
 

@@ -14,6 +14,7 @@ import multiprocessing
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -81,33 +82,57 @@ def row_chunks(shard_id: np.ndarray, chunk_rows: int = CHUNK_ROWS) -> list[tuple
     return out
 
 
-def _reason(exc: BaseException) -> tuple[str | None, str]:
+def failure_reason(exc: BaseException) -> tuple[str | None, str]:
     if isinstance(exc, DecodeError):
         cause = exc.__cause__ or exc
         return exc.part, " ".join(f"{type(cause).__name__}: {cause}".split())
     return None, " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
-def lint_rows(
-    split: str, src: SplitSource, builder: SampleBuilder, reader: SampleReader, start: int, end: int
-) -> tuple[int, list[LintFailure]]:
-    """Build every sample of rows [start, end); (samples checked, failures)."""
+@dataclass
+class BuiltSample:
+    """One sample read from its shard: its parts as fetched, and the built sample or the exception building it."""
+
+    row: int
+    shard: str
+    sample_index: int
+    byte_offset: int
+    key: str | None
+    parts: dict
+    sample: Any = None
+    error: Exception | None = None
+
+
+def iter_samples(
+    src: SplitSource, builder: SampleBuilder, reader: SampleReader, start: int, end: int
+) -> Iterator[BuiltSample]:
+    """Rows [start, end) of `src` fetched in one coalesced read and built one by one, as the loader builds
+    them; a sample that fails carries its exception instead of raising."""
     rows = np.arange(start, end, dtype=np.int64)
     views = reader.read(rows)
     shard_ids = src.shard_id[start:end].tolist()
     indices = src.sample_index[start:end].tolist()
-    failures = []
-    for row, view, sid, index in zip(rows.tolist(), views, shard_ids, indices):
+    offsets = src.byte_offset[start:end].tolist()
+    for row, view, sid, index, offset in zip(rows.tolist(), views, shard_ids, indices, offsets):
         shard = src.shard_paths[sid]
-        key = None
+        out = BuiltSample(row, shard, int(index), int(offset), None, {})
         try:
-            key, parts = sample_parts(src, row, view)
-            builder.build(key, parts, shard, index, row)
-        except Exception as exc:  # noqa: BLE001 - every failure is the report's content
-            part, reason = _reason(exc)
-            failures.append(
-                LintFailure(split, shard, int(index), int(src.byte_offset[row]), key, part, reason)
-            )
+            out.key, out.parts = sample_parts(src, row, view)
+            out.sample = builder.build(out.key, out.parts, shard, index, row)
+        except Exception as exc:  # noqa: BLE001 - reported per sample by the callers
+            out.error = exc
+        yield out
+
+
+def lint_rows(
+    split: str, src: SplitSource, builder: SampleBuilder, reader: SampleReader, start: int, end: int
+) -> tuple[int, list[LintFailure]]:
+    """Build every sample of rows [start, end); (samples checked, failures)."""
+    failures = []
+    for s in iter_samples(src, builder, reader, start, end):
+        if s.error is not None:
+            part, reason = failure_reason(s.error)
+            failures.append(LintFailure(split, s.shard, s.sample_index, s.byte_offset, s.key, part, reason))
     return end - start, failures
 
 
