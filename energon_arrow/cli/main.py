@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = [
     "energon_arrow.cli.merge",
     "energon_arrow.cli.lint",
     "energon_arrow.cli.preview",
+    "energon_arrow.cli.checkpoint",
 ]
 
 
