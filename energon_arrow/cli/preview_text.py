@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import types
+import typing
 from typing import Any
 
 import numpy as np
@@ -14,13 +16,25 @@ META = ("__restore_key__", "__subflavors__", "__sources__")
 CHAR_ASPECT = 0.5  # a terminal cell is about twice as high as wide
 
 
+def type_text(hint: Any) -> str:
+    """A field's type as energon's preview prints it: `<class 'str'>`, `typing.Optional[int]`."""
+    if isinstance(hint, type):
+        return str(hint)
+    if isinstance(hint, types.UnionType):  # `int | None` -> typing.Optional[int], as energon declares it
+        hint = typing.Union[typing.get_args(hint)]  # noqa: UP007
+    return repr(hint)
+
+
 def sample_fields(sample: Any) -> list[tuple[str, str, Any]]:
     """(name, type, value) of the fields energon's preview shows (not the restore key, subflavors, sources)."""
     if dataclasses.is_dataclass(sample):
-        items = [(f.name, f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)))
-                 for f in dataclasses.fields(sample)]  # fmt: skip
-        return [(n, t, getattr(sample, n)) for n, t in items if n not in META]
-    return [(k, type(v).__name__, v) for k, v in dict(sample).items() if k not in META]
+        try:
+            hints = typing.get_type_hints(type(sample))
+        except Exception:  # noqa: BLE001 - an unresolvable annotation is shown as written
+            hints = {}
+        fields = [f for f in dataclasses.fields(sample) if f.name not in META]
+        return [(f.name, type_text(hints.get(f.name, f.type)), getattr(sample, f.name)) for f in fields]
+    return [(k, str(type(v)), v) for k, v in dict(sample).items() if k not in META]
 
 
 def _as_array(value: Any) -> np.ndarray | None:
