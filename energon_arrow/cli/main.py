@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "energon_arrow.cli.lint",
     "energon_arrow.cli.preview",
     "energon_arrow.cli.checkpoint",
+    "energon_arrow.cli.analyze_debug",
 ]
 
 

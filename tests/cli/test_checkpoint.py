@@ -108,3 +108,13 @@ def test_not_a_state_is_one_line_error(tmp_path, cli):
         assert proc.returncode == 1
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("energon-arrow: error:") and needle in lines[0], lines
+
+
+def test_analyze_debug_refuses_with_the_reason(cli):
+    """energon's analyze-debug reads worker debug logs; ours has none (the saved state replaces them)."""
+    for args in ([], ["logs/", "--heatmap-path", "x.png", "--include-modality", "train,val"]):
+        proc = cli("analyze-debug", *args)
+        assert proc.returncode == 1
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("energon-arrow: error: analyze-debug is not provided")
+        assert "worker_debug_path" in lines[0] and "energon-arrow checkpoint" in lines[0]
