@@ -67,7 +67,7 @@ def _progress(enabled: bool, total: int):
 
 
 @click.command(name="lint")
-@click.argument("path")
+@click.argument("path", metavar="DATASET")
 @click.option(
     "--split-parts",
     default="train,val,test",

@@ -72,7 +72,7 @@ def _html(out: str, storage, jobs, limit: int, thumb: int) -> str:
 
 
 @click.command(name="preview")
-@click.argument("path")
+@click.argument("path", metavar="DATASET")
 @click.option(
     "--split-parts", default="train,val,test", show_default=True, help="The splits to show (comma-separated)."
 )
@@ -92,7 +92,13 @@ def _html(out: str, storage, jobs, limit: int, thumb: int) -> str:
     default=None,
     help="Samples per split (default: --html 8; terminal: all, asking 'Continue?' after each).",
 )
-@click.option("--thumb-size", type=click.IntRange(min=16), default=256, show_default=True, help="--html: px.")
+@click.option(
+    "--thumb-size",
+    type=click.IntRange(min=16),
+    default=256,
+    show_default=True,
+    help="Largest thumbnail side in px (--html).",
+)
 @click.option("--trust-remote-code", is_flag=True, help="Run a remote dataset's sample_loader.py code.")
 @storage_options
 def command(
