@@ -55,7 +55,7 @@ def _terminal(storage, jobs, empty, splits, limit) -> None:
             click.echo("Exiting Preview")
 
 
-def _html(out: str, storage, jobs, limit: int, thumb: int) -> str:
+def _html(out: str, storage, jobs, limit: int, thumb: int, options: dict) -> str:
     import os
 
     from energon_arrow.adapters import open_storage
@@ -67,7 +67,9 @@ def _html(out: str, storage, jobs, limit: int, thumb: int) -> str:
     summary = f"{kind}{sum(len(src) for _, src, _ in jobs):,} samples in {len(jobs)} split(s)"
     text = page(f"energon-arrow preview: {storage.url}", summary, sections, storage.url_of, thumb)
     folder, name = os.path.split(out)
-    open_storage(folder or ".").write_atomic(name, text)  # temp name + rename
+    # the storage options are those of the dataset's store: they apply to OUT only when it is a URL too
+    target = open_storage(folder or ".", options if "://" in out else None)
+    target.write_atomic(name, text)  # temp name + rename
     return f"wrote {out}: {sum(len(s) for _, _, s in sections):,} samples of {len(sections)} split(s)"
 
 
@@ -127,4 +129,4 @@ def command(
     if html_out is None:
         _terminal(storage, jobs, empty, splits, samples)
     else:
-        click.echo(_html(html_out, storage, jobs, samples or 8, thumb_size))
+        click.echo(_html(html_out, storage, jobs, samples or 8, thumb_size, storage_options))

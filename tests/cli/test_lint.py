@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 
+import pytest
+
 from energon_arrow.testing.reference import energon_cli
 from tests.cli.conftest import BROKEN
 
@@ -76,3 +78,28 @@ def test_lint_errors_are_one_line(tmp_path, cli):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("energon-arrow: error:") and "missing" in lines[0]
+
+
+@pytest.mark.s3
+def test_lint_and_html_preview_on_s3(s3_root, tmp_path, cli):
+    """The same broken samples found on SeaweedFS (threads instead of processes), preview written to S3."""
+    from energon_arrow.adapters import open_storage
+    from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+    from energon_arrow.meta import field_map_dataset, parse_split_ratio
+    from energon_arrow.testing.images import write_image_webdataset
+
+    url, options = s3_root
+    write_image_webdataset(url, shards=3, samples_per_shard=12, broken=BROKEN, storage_options=options)
+    dataset_yaml = field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "json[caption]"})
+    prepare_dataset(
+        url, PrepareOptions(split_ratio=parse_split_ratio("2,1,0"), dataset_yaml=dataset_yaml), options
+    )
+    opts = ["--storage-options", json.dumps(options)]
+    proc = cli("lint", url, "--json", "--parallel", "2", *opts)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert {(f["shard"], f["key"]) for f in report["failures"]} == _expected()
+    assert {f["part"] for f in report["failures"]} == {"jpg", "json"}
+    proc = cli("preview", url, "--html", f"{url}/preview.html", "--samples", "2", *opts)
+    assert proc.returncode == 0, proc.stderr
+    assert '<img src="data:image/jpeg;base64,' in open_storage(url, options).read_text("preview.html")
