@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import click
@@ -53,6 +54,7 @@ def _progress(enabled: bool, total: int):
         TextColumn("{task.fields[failed]:,} failed"),
         TimeRemainingColumn(),
         console=Console(stderr=True),
+        redirect_stdout=False,  # the report stays on stdout (the bar is on stderr)
     )
     task = bar.add_task("lint", total=total, failed=0)
     failed = 0
@@ -138,7 +140,10 @@ def command(
                 where = f"{storage.url_of(failure.shard)}[{failure.sample_index}]@{failure.byte_offset}"
                 part = f" part {failure.part!r}" if failure.part is not None else ""
                 msg = f"FAILED {failure.split}: {where} key {failure.key!r}{part}: {failure.reason}"
-                (bar.console.print(msg, markup=False, highlight=False) if bar else click.echo(msg))
+                if bar is not None and sys.stdout.isatty():  # above the live bar on the same terminal
+                    bar.console.print(msg, markup=False, highlight=False, soft_wrap=True)
+                else:
+                    click.echo(msg)
     finally:
         if bar is not None:
             bar.stop()
