@@ -24,7 +24,7 @@ def _dataset(root: str, shards: int, per_shard: int) -> str:
     if os.path.exists(os.path.join(root, ".nv-meta", "index.sqlite")):
         return root
     from energon_arrow.adapters import open_storage
-    from energon_arrow.testing.images import image_shard_bytes, jpeg_pool
+    from energon_arrow.testing.lint_data import jpeg_pool, lint_shard_bytes
     from energon_arrow.testing.reference import energon_cli
 
     shutil.rmtree(root, ignore_errors=True)
@@ -32,7 +32,7 @@ def _dataset(root: str, shards: int, per_shard: int) -> str:
     storage.makedirs("shards")
     images = jpeg_pool(count=64, size=64)
     for s in range(shards):
-        storage.write_atomic(f"shards/shard-{s:06d}.tar", image_shard_bytes(s, per_shard, images, {}))
+        storage.write_atomic(f"shards/shard-{s:06d}.tar", lint_shard_bytes(s, per_shard, images, {}))
     energon_cli(
         "prepare", root, "--non-interactive", "--split-ratio", "1,0,0", "--no-progress", "--num-workers", "2",
         "--sample-type", "CaptioningSample", "--field-map", '{"image": "jpg", "caption": "txt"}',

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from energon_arrow.cli.main import main
-from energon_arrow.testing.images import write_image_webdataset
+from energon_arrow.testing.lint_data import write_lint_webdataset
 from energon_arrow.testing.reference import energon_prepare
 
 # shard 0 sample 3: a JPEG cut short; shard 1 sample 5: JSON with a syntax error
@@ -36,7 +36,7 @@ def broken_root(tmp_path_factory) -> str:
     """3 shards x 12 samples (real JPEG, txt, json), two broken parts, prepared by energon 7.4.1 with
     CaptioningSample {image: jpg, caption: json[caption]}; split 2 train shards : 1 val shard."""
     root = str(tmp_path_factory.mktemp("cli-broken") / "ds")
-    write_image_webdataset(root, shards=3, samples_per_shard=12, broken=BROKEN)
+    write_lint_webdataset(root, shards=3, samples_per_shard=12, broken=BROKEN)
     energon_prepare(root, split_ratio="2,1,0", field_map=FIELD_MAP)
     return root
 
@@ -48,7 +48,7 @@ def clean_root(tmp_path_factory) -> str:
     from energon_arrow.meta import field_map_dataset, parse_split_ratio
 
     root = str(tmp_path_factory.mktemp("cli-clean") / "ds")
-    write_image_webdataset(root, shards=2, samples_per_shard=6)
+    write_lint_webdataset(root, shards=2, samples_per_shard=6)
     options = PrepareOptions(
         split_ratio=parse_split_ratio("1,1,0"),
         dataset_yaml=field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "txt"}),

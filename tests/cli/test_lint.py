@@ -86,10 +86,10 @@ def test_lint_and_html_preview_on_s3(s3_root, tmp_path, cli):
     from energon_arrow.adapters import open_storage
     from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
     from energon_arrow.meta import field_map_dataset, parse_split_ratio
-    from energon_arrow.testing.images import write_image_webdataset
+    from energon_arrow.testing.lint_data import write_lint_webdataset
 
     url, options = s3_root
-    write_image_webdataset(url, shards=3, samples_per_shard=12, broken=BROKEN, storage_options=options)
+    write_lint_webdataset(url, shards=3, samples_per_shard=12, broken=BROKEN, storage_options=options)
     dataset_yaml = field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "json[caption]"})
     prepare_dataset(
         url, PrepareOptions(split_ratio=parse_split_ratio("2,1,0"), dataset_yaml=dataset_yaml), options

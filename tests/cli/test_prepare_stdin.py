@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import energon_arrow
 from energon_arrow.cli.main import cli as cli_group
-from energon_arrow.testing.images import write_image_webdataset
+from energon_arrow.testing.lint_data import write_lint_webdataset
 from energon_arrow.testing.reference import energon_command
 
 # energon's own test (tests/test_dataset.py::test_prepare_dataset) answers a prepared dataset with:
@@ -27,7 +27,7 @@ ENV = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspa
 @pytest.fixture
 def shards(tmp_path):
     root = str(tmp_path / "ds")
-    write_image_webdataset(root, shards=2, samples_per_shard=4)
+    write_lint_webdataset(root, shards=2, samples_per_shard=4)
     return root
 
 

@@ -1,5 +1,5 @@
-"""WebDataset shards with decodable parts (real JPEGs, JSON, captions) and chosen broken samples, for lint, preview
-and the lint benchmark."""
+"""WebDataset shards with decodable parts (small real JPEGs, JSON, captions) and chosen broken samples, for lint,
+preview and the lint benchmark."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def jpeg_pool(count: int = 16, size: int = 48, seed: int = 0) -> list[bytes]:
     return out
 
 
-def image_shard_bytes(
+def lint_shard_bytes(
     shard: int, samples: int, images: list[bytes], broken: dict[tuple[int, int], str]
 ) -> bytes:
     """One tar shard: samples `{shard:06d}_{i:06d}` with jpg, txt and json; `broken[(shard, i)]` names a part
@@ -60,7 +60,7 @@ def image_shard_bytes(
     return buf.getvalue()
 
 
-def write_image_webdataset(
+def write_lint_webdataset(
     root: str,
     shards: int = 2,
     samples_per_shard: int = 10,
@@ -74,6 +74,6 @@ def write_image_webdataset(
     names = []
     for s in range(shards):
         rel = f"shards/shard-{s:06d}.tar"
-        storage.write_atomic(rel, image_shard_bytes(s, samples_per_shard, images, broken or {}))
+        storage.write_atomic(rel, lint_shard_bytes(s, samples_per_shard, images, broken or {}))
         names.append(rel)
     return names
