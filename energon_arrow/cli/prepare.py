@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-
 import click
 
 from energon_arrow.cli.common import storage_options
+from energon_arrow.cli.prepare_ui import abort_exits_1
 from energon_arrow.meta import DATASET_YAML
 
 
@@ -40,21 +39,6 @@ def _dataset_yaml(sample_type, field_map, skip, interactive, interactive_parts, 
             click.echo("Skipping dataset.yaml creation (use --sample-type to create it).")
         return None
     return ask_dataset_yaml(*interactive_parts())
-
-
-def _abort_exits_1(fn):
-    """A question left unanswered (stdin ended, Ctrl-C at a prompt) ends with exit code 1, as in energon."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except click.Abort:
-            raise click.ClickException(
-                "aborted: a question got no answer (stdin ended or interrupted)"
-            ) from None
-
-    return wrapper
 
 
 @click.command(name="prepare")
@@ -105,7 +89,7 @@ def _abort_exits_1(fn):
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @storage_options
-@_abort_exits_1
+@abort_exits_1
 def command(
     path,
     progress,

@@ -3,6 +3,7 @@ prepare_progress, imported only when it is shown: rich costs ~50 ms of start-up)
 
 from __future__ import annotations
 
+import functools
 import json
 
 import click
@@ -10,6 +11,21 @@ import click
 from energon_arrow.meta import CRUDE, SAMPLE_TYPES, crude_dataset, field_map_dataset, sample_loader_dataset
 
 SAMPLE_TYPES_FOR_PROMPT = (*SAMPLE_TYPES, CRUDE)  # numbered in this order
+
+
+def abort_exits_1(fn):
+    """A question left unanswered (stdin ended, Ctrl-C at a prompt) ends with exit code 1, as in energon."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except click.Abort:
+            raise click.ClickException(
+                "aborted: a question got no answer (stdin ended or interrupted)"
+            ) from None
+
+    return wrapper
 
 
 def ask_split_ratio() -> str:
