@@ -15,6 +15,10 @@ SUBCOMMAND_MODULES = [
     "energon_arrow.cli.info",
     "energon_arrow.cli.preprocess",
     "energon_arrow.cli.merge",
+    "energon_arrow.cli.lint",
+    "energon_arrow.cli.preview",
+    "energon_arrow.cli.checkpoint",
+    "energon_arrow.cli.analyze_debug",
 ]
 
 

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from energon_arrow.cli.common import storage_options
+from energon_arrow.cli.prepare_ui import abort_exits_1
 from energon_arrow.meta import DATASET_YAML
 
 
-def _stdin_is_tty() -> bool:
-    return sys.stdin.isatty()
-
-
-def _dataset_yaml(sample_type, field_map, skip, non_interactive, interactive_parts):
-    from energon_arrow.cli.prepare_ui import ask_dataset_yaml
+def _dataset_yaml(sample_type, field_map, skip, interactive, interactive_parts, quiet):
+    """The dataset yaml to write (None: none), asking energon's questions when interactive."""
+    from energon_arrow.cli.prepare_ui import ask_dataset_yaml, ask_field_map
     from energon_arrow.meta import (
         CRUDE,
         check_sample_type,
@@ -33,10 +29,14 @@ def _dataset_yaml(sample_type, field_map, skip, non_interactive, interactive_par
             return crude_dataset()
         if field_map is not None:
             return field_map_dataset(sample_type, parse_field_map(field_map))
+        if interactive:  # energon asks for the field map of a type given on the command line
+            return ask_field_map(sample_type, interactive_parts()[0])
         return sample_loader_dataset(sample_type)
     if field_map is not None:
         raise click.UsageError("--field-map needs --sample-type")
-    if non_interactive or interactive_parts is None:
+    if not interactive:
+        if not quiet:
+            click.echo("Skipping dataset.yaml creation (use --sample-type to create it).")
         return None
     return ask_dataset_yaml(*interactive_parts())
 
@@ -102,6 +102,7 @@ def _prepare_jsonl(path, storage_options, *dataset_options) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @storage_options
+@abort_exits_1
 def command(
     path,
     progress,
@@ -130,17 +131,25 @@ def command(
     """
     # heavy imports here, so `energon-arrow --help` and other subcommands start fast
     from energon_arrow.adapters import open_storage
-    from energon_arrow.cli.prepare_ui import ask_split_ratio, echo_summary
+    from energon_arrow.cli.prepare_ui import ask_override_sample_loader, ask_split_ratio, echo_summary
     from energon_arrow.index.discover import discover_shards
     from energon_arrow.index.distributed import prepare_distributed
     from energon_arrow.index.prepare import PrepareOptions
-    from energon_arrow.meta import info_exists, parse_split_parts, parse_split_ratio
+    from energon_arrow.meta import (
+        META_DIR,
+        SAMPLE_LOADER_PY,
+        info_exists,
+        parse_split_parts,
+        parse_split_ratio,
+        sample_loader_py,
+    )
     from energon_arrow.tar import index_shard
 
     if str(path).endswith(".jsonl"):
         _prepare_jsonl(path, storage_options, split_parts, split_ratio, exclude, sample_type, field_map)
         return
-    interactive = not non_interactive and _stdin_is_tty()
+    # like energon, the questions are asked unless --non-interactive, also with answers piped on stdin
+    interactive = not non_interactive
     storage = open_storage(path, storage_options)
     options = PrepareOptions(
         exclude=exclude,
@@ -152,15 +161,13 @@ def command(
         dataset_yaml_name=dataset_yaml_name,
         tmp_path=tmp_path,
     )
+    override_loader = False
     if not tar_index_only:
         if (
             info_exists(storage)
             and not force_overwrite
             and interactive
-            and not click.confirm(
-                "It seems the dataset had already been prepared. Do you want to continue "
-                "(new and changed shards are re-indexed)?"
-            )
+            and not click.confirm("It seems the dataset had already been prepared. Do you want to continue?")
         ):
             return
         if split_parts:
@@ -168,8 +175,11 @@ def command(
         else:
             if split_ratio is None and interactive:
                 split_ratio = ask_split_ratio()
-            if split_ratio is None:
-                raise click.UsageError("--split-ratio or --split-parts is required (or --tar-index-only)")
+            if split_ratio is None:  # energon: exit 1
+                raise click.ClickException(
+                    "--split-ratio is required in non-interactive mode (unless --split-parts or "
+                    "--tar-index-only is used)"
+                )
             options.split_ratio = parse_split_ratio(split_ratio)
 
         def first_shard_parts():
@@ -179,11 +189,14 @@ def command(
             return index_shard(storage, shards[0].path, shards[0].size).part_types(), shards[0].path
 
         options.dataset_yaml = _dataset_yaml(
-            sample_type,
-            field_map,
-            skip_dataset_yaml,
-            not interactive,
-            first_shard_parts if interactive else None,
+            sample_type, field_map, skip_dataset_yaml, interactive, first_shard_parts, as_json
+        )
+        override_loader = (
+            interactive
+            and options.dataset_yaml is not None
+            and bool(options.dataset_yaml.sample_loader)
+            and storage.exists(f"{META_DIR}/{SAMPLE_LOADER_PY}")
+            and ask_override_sample_loader()
         )
     bar = None
     if progress and not as_json:
@@ -197,5 +210,15 @@ def command(
     finally:
         if bar is not None:
             bar.stop()
-    if result is not None:
-        echo_summary(result, as_json)
+    if result is None:  # a rank other than 0 of a distributed prepare
+        return
+    if override_loader:
+        storage.write_atomic(
+            f"{META_DIR}/{SAMPLE_LOADER_PY}",
+            sample_loader_py(options.dataset_yaml.sample_type, sorted(result.part_types)),
+        )
+    echo_summary(result, as_json)
+    if not as_json and not tar_index_only:
+        if options.dataset_yaml is None and not storage.exists(f"{META_DIR}/{dataset_yaml_name}"):
+            click.echo("You will have to add a dataset.yaml manually.")
+        click.echo("Done")

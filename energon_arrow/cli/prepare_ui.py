@@ -3,6 +3,7 @@ prepare_progress, imported only when it is shown: rich costs ~50 ms of start-up)
 
 from __future__ import annotations
 
+import functools
 import json
 
 import click
@@ -10,6 +11,21 @@ import click
 from energon_arrow.meta import CRUDE, SAMPLE_TYPES, crude_dataset, field_map_dataset, sample_loader_dataset
 
 SAMPLE_TYPES_FOR_PROMPT = (*SAMPLE_TYPES, CRUDE)  # numbered in this order
+
+
+def abort_exits_1(fn):
+    """A question left unanswered (stdin ended, Ctrl-C at a prompt) ends with exit code 1, as in energon."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except click.Abort:
+            raise click.ClickException(
+                "aborted: a question got no answer (stdin ended or interrupted)"
+            ) from None
+
+    return wrapper
 
 
 def ask_split_ratio() -> str:
@@ -37,7 +53,16 @@ def ask_dataset_yaml(part_types: list[str], first_shard: str):
     if sample_type == CRUDE:
         click.echo("CrudeWebdataset needs no field map; provide a Cooker in your TaskEncoder.")
         return crude_dataset()
-    if len(part_types) > 10 or not click.confirm(
+    return ask_field_map(sample_type, part_types)
+
+
+def ask_field_map(sample_type: str, part_types: list[str]):
+    """energon's questions for a chosen sample type: field map [Y] or sample loader [n], then one part per
+    field. Returns a DatasetYaml."""
+    if len(part_types) > 10:
+        click.echo("You cannot set a field_map for this dataset. You will need a sample_loader.")
+        return sample_loader_dataset(sample_type)
+    if not click.confirm(
         "Do you want to set a simple field_map[Y] (or write your own sample_loader [n])?", default=True
     ):
         return sample_loader_dataset(sample_type)
@@ -59,6 +84,10 @@ def ask_dataset_yaml(part_types: list[str], first_shard: str):
                 f"That part type doesn't exist in the shard ({', '.join(part_types)}). Please try again."
             )
     return field_map_dataset(sample_type, field_map)
+
+
+def ask_override_sample_loader() -> bool:
+    return click.confirm("Do you want to override the existing sample loader?")
 
 
 def echo_summary(result, as_json: bool) -> None:

@@ -65,7 +65,7 @@ def test_cli_errors_are_one_line(tmp_path, cli):
         (["--split-ratio", "8,1,1", "--exclude", "("], "--exclude"),
         (["--split-ratio", "8,1"], "--split-ratio"),
         (["--split-ratio", "8,1,1", "--sample-type", "NoSuchSample"], "unknown sample type"),
-        ([], "--split-ratio or --split-parts is required"),
+        ([], "--split-ratio is required in non-interactive mode"),
         (["--split-parts", "train:("], "invalid regex"),
     ]
     for args, needle in cases:
@@ -77,10 +77,9 @@ def test_cli_errors_are_one_line(tmp_path, cli):
     assert proc.returncode == 0 and "skipped bad shard" in proc.stderr and "bad.tar" in proc.stderr
 
 
-def test_interactive_questions_in_energon_order(tmp_path, monkeypatch):
+def test_interactive_questions_in_energon_order(tmp_path):
     root = str(tmp_path / "ds")
     write_webdataset(root, shards=2, samples_per_shard=3, image_bytes=32)
-    monkeypatch.setattr(prepare_cli, "_stdin_is_tty", lambda: True)
     from energon_arrow.cli.prepare_ui import SAMPLE_TYPES_FOR_PROMPT
 
     names = list(SAMPLE_TYPES_FOR_PROMPT)

@@ -1,0 +1,120 @@
+"""`energon-arrow checkpoint`: energon-arrow loader states and energon's checkpoint files (per-rank, global,
+Megatron-style), energon's `checkpoint info` lines included, without importing megatron-energon."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from energon_arrow.testing.reference import energon_cli
+
+
+@pytest.fixture(scope="module")
+def energon_states(clean_root, tmp_path_factory):
+    """energon's save_state_rank() after 2 batches, saved as two rank files, Megatron-style and as a global list."""
+    from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset
+
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=1)
+    ds = get_train_dataset(
+        clean_root, worker_config=wc, batch_size=2, shuffle_buffer_size=4, max_samples_per_sequence=2
+    )
+    loader = get_savable_loader(ds)
+    it = iter(loader)
+    next(it), next(it)
+    state = loader.save_state_rank()
+    folder = tmp_path_factory.mktemp("energon-ckpt")
+    files = {"rank0": folder / "state_r0.pt", "rank1": folder / "state_r1.pt", "mg": folder / "mg_r0.pt"}
+    torch.save(state, files["rank0"])
+    torch.save(state, files["rank1"])
+    torch.save({"dataloader_state_dict": state}, files["mg"])
+    torch.save([state, state], folder / "global.pt")
+    files["global"] = folder / "global.pt"
+    return {k: str(v) for k, v in files.items()}
+
+
+def test_energon_rank_files_show_energons_info_lines(energon_states, cli):
+    files = [energon_states["rank1"], energon_states["rank0"]]  # sorted by rank number like energon
+    ref = energon_cli("checkpoint", "info", *sorted(files))
+    ours = cli("checkpoint", *files)
+    assert ours.returncode == 0, ours.stderr
+    ref_lines = [line for line in ref.stdout.splitlines() if line.strip()]
+    ours_lines = [line for line in ours.stdout.splitlines() if line.strip()]
+    pos = 0
+    for line in ref_lines:  # energon's lines, in energon's order, among ours
+        pos = ours_lines.index(line, pos) + 1
+    assert "Checkpoint type: Per-rank checkpoint files" in ours_lines
+    assert "    Micro batch size: 2" in ours_lines
+    assert any(line.startswith("    Worker 0 (SavableDatasetCheckpoint): ") for line in ours_lines)
+
+
+def test_energon_global_and_megatron_style(energon_states, cli):
+    ours = cli("checkpoint", energon_states["global"])
+    assert ours.returncode == 0, ours.stderr
+    assert "Checkpoint type: Global checkpoint" in ours.stdout and "Number of DP ranks: 2" in ours.stdout
+    assert "  Rank 1:" in ours.stdout
+    doc = json.loads(cli("checkpoint", "--json", energon_states["mg"]).stdout)
+    assert doc["format"] == "energon" and doc["megatron_style"] and not doc["global"]
+    state = doc["ranks"][0]["state"]
+    assert state["__class__"] == "SavableDataLoaderState" and state["micro_batch_size"] == 2
+    assert len(state["worker_states"]) == 1
+
+
+def test_reads_energon_files_without_importing_energon(energon_states):
+    code = (
+        "import sys; from energon_arrow.cli.main import main\n"
+        "try:\n    main(['checkpoint', sys.argv[1]])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert not [m for m in sys.modules if m.startswith('megatron')]\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, energon_states["rank0"]], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Next worker ID" in proc.stdout
+
+
+def test_energon_arrow_loader_state(clean_root, tmp_path, cli):
+    import energon_arrow as ea
+
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    loader = ea.get_savable_loader(ea.get_train_dataset(clean_root, worker_config=wc, batch_size=2))
+    it = iter(loader)
+    next(it), next(it), next(it)
+    path = tmp_path / "ea_r0.pt"
+    torch.save(loader.save_state_rank(), path)
+    it.close()
+    ours = cli("checkpoint", str(path))
+    assert ours.returncode == 0, ours.stderr
+    assert "Checkpoint type: energon-arrow loader state, per-rank checkpoint files" in ours.stdout
+    assert "    Next batch: 3 " in ours.stdout and "    Samples per dataset: [6]" in ours.stdout
+    doc = json.loads(cli("checkpoint", "--json", str(path)).stdout)
+    assert doc["format"] == "energon-arrow" and doc["ranks"][0]["state"]["next_batch"] == 3
+    assert doc["ranks"][0]["state"]["settings"] == loader.state_dict()["settings"]
+
+
+def test_not_a_state_is_one_line_error(tmp_path, cli):
+    path = tmp_path / "x.pt"
+    torch.save({"weights": torch.zeros(2)}, path)
+    text = tmp_path / "y.pt"
+    text.write_text("hello")
+    for f, needle in (
+        (path, "not a saved loader state: builtins.dict"),
+        (text, "y.pt: not a torch.save'd checkpoint"),
+    ):
+        proc = cli("checkpoint", str(f))
+        assert proc.returncode == 1
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("energon-arrow: error:") and needle in lines[0], lines
+
+
+def test_analyze_debug_refuses_with_the_reason(cli):
+    """energon's analyze-debug reads worker debug logs; ours has none (the saved state replaces them)."""
+    for args in ([], ["logs/", "--heatmap-path", "x.png", "--include-modality", "train,val"]):
+        proc = cli("analyze-debug", *args)
+        assert proc.returncode == 1
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("energon-arrow: error: analyze-debug is not provided")
+        assert "worker_debug_path" in lines[0] and "energon-arrow checkpoint" in lines[0]
