@@ -7,11 +7,10 @@ noise. `size` is a fixed (height, width) or a (low, high) range of side lengths 
 from __future__ import annotations
 
 import io
-import tarfile
 
 import numpy as np
 
-from energon_arrow.adapters import open_storage
+from energon_arrow.testing.synthetic import tar_of_samples, write_shards
 
 
 def jpeg_bytes(
@@ -39,18 +38,15 @@ def image_shard(
     """One tar shard of `samples` keyed `{shard:06d}_{i:06d}` with parts jpg and txt. `varied`: `size` is a
     (low, high) range of side lengths, drawn per image and side."""
     rng = np.random.default_rng(seed * 1_000_003 + shard)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for i in range(samples):
-            h, w = rng.integers(size[0], size[1] + 1, 2).tolist() if varied else size
-            key = f"{shard:06d}_{i:06d}"
-            parts = {"jpg": jpeg_bytes(rng, h, w, quality), "txt": f"image {i} of shard {shard}".encode()}
-            for ext, payload in parts.items():
-                info = tarfile.TarInfo(f"{key}.{ext}")
-                info.size = len(payload)
-                info.mtime = 1_700_000_000
-                tar.addfile(info, io.BytesIO(payload))
-    return buf.getvalue()
+
+    def sample(i: int) -> tuple[str, dict[str, bytes]]:
+        h, w = rng.integers(size[0], size[1] + 1, 2).tolist() if varied else size
+        return f"{shard:06d}_{i:06d}", {
+            "jpg": jpeg_bytes(rng, h, w, quality),
+            "txt": f"image {i} of shard {shard}".encode(),
+        }
+
+    return tar_of_samples(sample(i) for i in range(samples))
 
 
 def write_image_webdataset(
@@ -63,11 +59,6 @@ def write_image_webdataset(
     seed: int = 0,
 ) -> list[str]:
     """Write `shards` tar files of JPEG samples under `root/shards`; returns their relative paths."""
-    storage = open_storage(root)
-    storage.makedirs("shards")
-    names = []
-    for s in range(shards):
-        rel = f"shards/shard-{s:06d}.tar"
-        storage.write_atomic(rel, image_shard(s, samples_per_shard, size, varied, quality, seed))
-        names.append(rel)
-    return names
+    return write_shards(
+        root, shards, lambda s: image_shard(s, samples_per_shard, size, varied, quality, seed)
+    )

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import io
 import json
-import tarfile
 
 import numpy as np
 
-from energon_arrow.adapters import open_storage
+from energon_arrow.testing.synthetic import tar_of_samples, write_shards
 
 # what a broken part looks like: a JPEG cut short after its header, JSON with a syntax error
 BROKEN = {
@@ -39,25 +38,20 @@ def lint_shard_bytes(
 ) -> bytes:
     """One tar shard: samples `{shard:06d}_{i:06d}` with jpg, txt and json; `broken[(shard, i)]` names a part
     ("jpg" or "json") to write broken."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for i in range(samples):
-            key = f"{shard:06d}_{i:06d}"
-            caption = f"sample {i} of shard {shard}"
-            parts = {
-                "jpg": images[(shard * samples + i) % len(images)],
-                "txt": caption.encode(),
-                "json": json.dumps({"caption": caption, "label": i % 10}).encode(),
-            }
-            bad = broken.get((shard, i))
-            if bad is not None:
-                parts[bad] = BROKEN[bad](parts[bad])
-            for ext, payload in parts.items():
-                info = tarfile.TarInfo(f"{key}.{ext}")
-                info.size = len(payload)
-                info.mtime = 1_700_000_000
-                tar.addfile(info, io.BytesIO(payload))
-    return buf.getvalue()
+
+    def sample(i: int) -> tuple[str, dict[str, bytes]]:
+        caption = f"sample {i} of shard {shard}"
+        parts = {
+            "jpg": images[(shard * samples + i) % len(images)],
+            "txt": caption.encode(),
+            "json": json.dumps({"caption": caption, "label": i % 10}).encode(),
+        }
+        bad = broken.get((shard, i))
+        if bad is not None:
+            parts[bad] = BROKEN[bad](parts[bad])
+        return f"{shard:06d}_{i:06d}", parts
+
+    return tar_of_samples(sample(i) for i in range(samples))
 
 
 def write_lint_webdataset(
@@ -68,12 +62,7 @@ def write_lint_webdataset(
     storage_options: dict | None = None,
 ) -> list[str]:
     """Write `shards` tar files under `root/shards`; returns their relative paths."""
-    storage = open_storage(root, storage_options)
-    storage.makedirs("shards")
     images = jpeg_pool()
-    names = []
-    for s in range(shards):
-        rel = f"shards/shard-{s:06d}.tar"
-        storage.write_atomic(rel, lint_shard_bytes(s, samples_per_shard, images, broken or {}))
-        names.append(rel)
-    return names
+    return write_shards(
+        root, shards, lambda s: lint_shard_bytes(s, samples_per_shard, images, broken or {}), storage_options
+    )
