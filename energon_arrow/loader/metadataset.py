@@ -51,12 +51,27 @@ def _join(base: str, rel: str) -> str:
 def _entry(raw: dict, base: str, where: str, split: str) -> MetadatasetEntry:
     if not isinstance(raw, dict) or "path" not in raw:
         raise LoaderError(f"{where}: split {split!r}: every dataset entry needs a 'path' (got {raw!r})")
-    unknown = sorted(set(raw) - _ENTRY_KEYS)
+    unknown = sorted(map(str, set(raw) - _ENTRY_KEYS))
     if unknown:
         raise LoaderError(
             f"{where}: split {split!r}: unsupported entry keys {unknown} (supported: {sorted(_ENTRY_KEYS)})"
         )
-    path = _join(base, str(raw["path"]))
+    if not isinstance(raw["path"], str) or not raw["path"]:
+        raise LoaderError(f"{where}: split {split!r}: 'path' must be a non-empty string, got {raw['path']!r}")
+    for key in ("subflavors", "aux"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise LoaderError(f"{where}: split {split!r}: {key!r} must be a mapping, got {raw[key]!r}")
+    if raw.get("split_part") is not None and not isinstance(raw["split_part"], str):
+        raise LoaderError(
+            f"{where}: split {split!r}: 'split_part' must be a string, got {raw['split_part']!r}"
+        )
+    numbers = {}
+    for key in ("weight", "repetitions"):
+        value = raw.get(key, 1.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise LoaderError(f"{where}: split {split!r}: {key!r} must be a number, got {value!r}")
+        numbers[key] = float(value)
+    path = _join(base, raw["path"])
     if is_metadataset(path):
         raise LoaderError(
             f"{where}: nested metadataset {raw['path']!r} is not supported; list its datasets here"
@@ -80,8 +95,8 @@ def _entry(raw: dict, base: str, where: str, split: str) -> MetadatasetEntry:
         subflavors=raw.get("subflavors"),
         subset=subset,
         aux=aux,
-        weight=float(raw.get("weight", 1.0)),
-        repetitions=float(raw.get("repetitions", 1.0)),
+        weight=numbers["weight"],
+        repetitions=numbers["repetitions"],
     )
 
 
@@ -99,8 +114,12 @@ def read_metadataset(path: str, split: str, storage_options: dict | None = None)
             f"{where}: expected __class__: MetadatasetV2 (got {doc.get('__class__') if isinstance(doc, dict) else doc!r})"
         )
     splits = doc.get("splits") or {}
+    if not isinstance(splits, dict):
+        raise LoaderError(
+            f"{where}: 'splits' must be a mapping of split name to datasets, got {splits!r:.200}"
+        )
     if split not in splits:
-        raise LoaderError(f"{where}: no split {split!r} (splits: {sorted(splits)})")
+        raise LoaderError(f"{where}: no split {split!r} (splits: {sorted(map(str, splits))})")
     spec = splits[split]
     base_url = storage.url
     if not isinstance(spec, dict):
@@ -124,11 +143,11 @@ def subset_bounds(subset: tuple | None, n: int, where: str) -> tuple[int, int]:
     def one(v, default):
         if v == "end":
             return n
-        if isinstance(v, str) and v.endswith("%"):
-            return int(round(float(v[:-1]) / 100 * n))
         try:
+            if isinstance(v, str) and v.endswith("%"):
+                return int(round(float(v[:-1]) / 100 * n))
             return int(v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # not a number, NaN or infinite
             raise LoaderError(f"{where}: bad subset bound {v!r}") from None
 
     start, end = one(subset[0], 0), one(subset[1], n)
