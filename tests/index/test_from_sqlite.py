@@ -35,7 +35,7 @@ def test_sound_index_reads(index_path):
         ("UPDATE sample_parts SET part_name = CAST(x'c3' AS TEXT)", "UTF-8"),
         ("UPDATE samples SET byte_size = 'big'", "wrong type or range"),
         ("UPDATE samples SET tar_file_id = 4294967296", "wrong type or range"),
-        ("UPDATE sample_parts SET content_byte_offset = 1.5", "wrong type or range"),
+        ("UPDATE sample_parts SET content_byte_offset = 'x'", "wrong type or range"),
     ],
 )
 def test_values_of_the_wrong_kind_name_the_file(index_path, update, message):
