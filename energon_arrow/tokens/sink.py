@@ -33,7 +33,7 @@ class Sink:
                 self._file = open(self._tmp, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 (closed by publish/discard)
             elif storage.protocol == "s3":
                 self._final = self._tmp = None
-                self._file = storage.fs.open(storage.path_of(rel), "wb", block_size=REMOTE_PART)
+                self._file = storage.retrying_fs.open(storage.path_of(rel), "wb", block_size=REMOTE_PART)
             else:
                 self._final = storage.path_of(rel)
                 self._tmp = f"{self._final}.tmp-{uuid.uuid4().hex[:12]}"
