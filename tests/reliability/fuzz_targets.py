@@ -83,11 +83,14 @@ def mutated(draw, base: bytes):
 
 def _tar(members: list[tuple[str, bytes]], fmt: int) -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
-        for name, payload in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
+    try:
+        with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+            for name, payload in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    except ValueError:  # a name too long for ustar
+        return _tar(members, tarfile.PAX_FORMAT)
     return buf.getvalue()
 
 
