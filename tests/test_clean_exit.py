@@ -129,7 +129,8 @@ def test_every_cli_command_exits_cleanly(tmp_path):
         tok + "m",
     )
     assert "60" in cli("query", tok + "m", "SELECT count(*) FROM documents")
-    out = cli("demo", "--workdir", str(tmp_path / "demo"), "--shards", "2", "--samples-per-shard", "20")
+    demo = ["--shards", "2", "--samples-per-shard", "20", "--documents", "200"]
+    out = cli("demo", "--workdir", str(tmp_path / "demo"), *demo)
     assert "demo finished" in out
     assert load_in_subprocess(root).strip() == "20"
 

@@ -126,7 +126,7 @@ def token_data(root: str, options: dict):
     from energon_arrow.tokens.builder import TokenWriter
 
     rng = np.random.default_rng(7)
-    lengths = rng.integers(1, 300, size=2000)
+    lengths = rng.integers(1, 300, size=600)
     tokens = rng.integers(0, 60000, size=int(lengths.sum())).astype(np.uint16)
     prefix = f"{root}/tok/corpus"
     with TokenWriter(prefix, dtype=np.uint16, storage_options=options) as w:
@@ -163,7 +163,7 @@ def nanoset_batches(prefix: str, options: dict, cache: str) -> list[np.ndarray]:
         storage_options=options,
     )
     train = NanosetBuilder(cfg).build([1000])[0]
-    ids = np.random.default_rng(4).permutation(len(train))
+    ids = np.random.default_rng(4).permutation(len(train))[:400]
     return [train.get_batch(chunk)["tokens"].numpy() for chunk in np.array_split(ids, 10)]
 
 
