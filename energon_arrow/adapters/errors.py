@@ -181,3 +181,20 @@ def classify(exc: BaseException, url: str) -> StorageError:
 def _describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
+
+
+def install_s3fs_retry_classifier() -> None:
+    """Make s3fs's own retry loop (active only where an instance has `retries` > 1: `Storage.retrying_fs`) also
+    retry the errors energon-arrow classifies as transient; s3fs alone retries only network errors and SlowDown.
+    Chained after any handler already installed; installed once per process."""
+    import s3fs.core
+
+    previous = s3fs.core.CUSTOM_ERROR_HANDLER
+    if getattr(previous, "energon_arrow", False):
+        return
+
+    def handler(exc: BaseException) -> bool:
+        return bool(previous(exc)) or isinstance(classify(exc, ""), TransientError)
+
+    handler.energon_arrow = True
+    s3fs.core.set_custom_error_handler(handler)

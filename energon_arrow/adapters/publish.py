@@ -9,6 +9,7 @@ import ctypes.util
 import os
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping
@@ -138,12 +139,16 @@ def private_prefix(prefix: str) -> str:
 
 
 def remove_abandoned(parent: str, prefix: str) -> list[str]:
-    """Delete the folders `parent/<prefix>*` that their writers abandoned: those named by `private_prefix` for a
-    process of this host that no longer runs, and any older than STALE_STAGING_S (another host's on a shared
-    filesystem, or unnamed). Returns their names."""
+    """Delete the folders and files `parent/<prefix>*` that their writers abandoned: those named by
+    `private_prefix` for a process of this host that no longer runs, and any older than STALE_STAGING_S (another
+    host's on a shared filesystem, or unnamed). Returns their names."""
     host, removed = socket.gethostname(), []
-    for entry in os.scandir(parent):
-        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+    try:
+        entries = list(os.scandir(parent))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(prefix) or entry.is_symlink():
             continue
         owner_host, _, pid = entry.name[len(prefix) :].rpartition("-")[0].rpartition("-")
         try:
@@ -151,9 +156,28 @@ def remove_abandoned(parent: str, prefix: str) -> list[str]:
         except OSError:
             continue
         if stale or (owner_host == host and pid.isdigit() and not _process_alive(int(pid))):
-            shutil.rmtree(entry.path, ignore_errors=True)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                _silent_remove(entry.path)
             removed.append(entry.name)
     return removed
+
+
+def private_temp_path(final: str) -> str:
+    """A temporary name beside the local path `final` (`<name>.tmp-<host>-<pid>-<random>`), after removing the
+    ones that killed writers of `final` left behind."""
+    parent, name = os.path.split(final)
+    remove_abandoned(parent or ".", f"{name}.tmp-")
+    return os.path.join(parent, private_prefix(f"{name}.tmp-") + uuid.uuid4().hex[:12])
+
+
+def private_mkdtemp(prefix: str, parent: str | None = None) -> str:
+    """`tempfile.mkdtemp` under `parent` (default: the temp folder) with a name `remove_abandoned` recognises,
+    after removing the folders of that prefix that killed processes left behind."""
+    parent = parent or tempfile.gettempdir()
+    remove_abandoned(parent, prefix)
+    return tempfile.mkdtemp(prefix=private_prefix(prefix), dir=parent)
 
 
 def _process_alive(pid: int) -> bool:

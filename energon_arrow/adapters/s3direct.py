@@ -25,6 +25,7 @@ import http.client
 import os
 import re
 import threading
+import weakref
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,11 @@ class DirectRangeClient:
         self._connector = connector or Connector()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ea-s3get")
+        # every thread's open connections, closed when the client goes away or at interpreter exit at the
+        # latest (thread-local sockets would otherwise be reclaimed unclosed: ResourceWarnings at exit)
+        self._routes: dict[int, Route] = {}  # id -> route (a Route is not hashable)
+        self._routes_lock = threading.Lock()
+        weakref.finalize(self, _close_routes, self._routes, self._routes_lock, os.getpid())
 
     # ---- public -------------------------------------------------------------------------------------------
     def get(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
@@ -251,14 +257,28 @@ class DirectRangeClient:
         if route is not None:
             return route, True
         route = routes[host] = self._connector.connect(self._scheme, host, self._port)
+        with self._routes_lock:
+            self._routes[id(route)] = route
         return route, False
 
     def _drop_connection(self, route: Route) -> None:
         route.conn.close()
+        with self._routes_lock:
+            self._routes.pop(id(route), None)
         routes = getattr(self._local, "routes", {})
         for host, r in list(routes.items()):
             if r is route:
                 del routes[host]
+
+
+def _close_routes(routes: dict[int, Route], lock: threading.Lock, pid: int) -> None:
+    """Close the connections a client opened in process `pid` (a forked child leaves its parent's alone)."""
+    if os.getpid() != pid:
+        return
+    with lock:
+        for route in routes.values():
+            route.conn.close()
+        routes.clear()
 
 
 class _GetReader:

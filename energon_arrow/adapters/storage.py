@@ -75,6 +75,7 @@ class Storage:
         self._secret_handle = opts.stash_secrets(secret)
         self._fs = None
         self._fs_pid = None
+        self._retrying_fs = None
         self._direct_client = None
         self.range_gap, self.max_fetch = (
             self.LOCAL_COALESCING if self.is_local or self.protocol == "memory" else self.REMOTE_COALESCING
@@ -124,8 +125,28 @@ class Storage:
                 ) from None
             if self.protocol == "s3":
                 fs.retries = 1  # s3fs's own retry loop: energon-arrow's RetryPolicy is the only one
-            self._fs, self._fs_pid, self._direct_client = fs, pid, None
+            self._fs, self._fs_pid, self._direct_client, self._retrying_fs = fs, pid, None, None
         return self._fs
+
+    @property
+    def retrying_fs(self):
+        """The fsspec filesystem for callers that go through it themselves (DuckDB, pyarrow datasets, streamed
+        multipart uploads), where energon-arrow's retry loop cannot wrap each request. On S3: a second s3fs instance whose own retry loop
+        makes up to `retry.attempts` tries of every request, retrying exactly what energon-arrow classifies as
+        transient (5xx, 429, throttling codes, resets, stalls, truncated bodies). Elsewhere: `fs`."""
+        fs = self.fs
+        if self.protocol != "s3":
+            return fs
+        if self._retrying_fs is None:
+            from energon_arrow.adapters.errors import install_s3fs_retry_classifier
+
+            install_s3fs_retry_classifier()
+            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+            options.pop("skip_instance_cache", None)
+            reader = self._fs_class()(skip_instance_cache=True, **options)
+            reader.retries = self.retry.attempts
+            self._retrying_fs = reader
+        return self._retrying_fs
 
     @property
     def _direct(self):
@@ -164,6 +185,7 @@ class Storage:
         self.use_direct_reads = state["direct_reads"]
         self._fs = None
         self._fs_pid = None
+        self._retrying_fs = None
         self._direct_client = None
 
     def __repr__(self):

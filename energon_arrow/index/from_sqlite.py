@@ -101,6 +101,14 @@ def read_sqlite_tables(sqlite_path: str, url: str) -> tuple[pa.Table, pa.Table]:
             conn.close()
     except sqlite3.Error as exc:
         raise SqliteIndexError(f"{url}: cannot read energon's index ({exc})") from None
+    except UnicodeDecodeError as exc:  # sqlite3 decodes TEXT as UTF-8
+        raise SqliteIndexError(
+            f"{url}: a sample key or part name is not valid UTF-8 ({exc.reason})"
+        ) from None
+    except (pa.ArrowException, OverflowError) as exc:  # SQLite columns are untyped: text or a float in an int
+        raise SqliteIndexError(
+            f"{url}: a value of the wrong type or range in energon's index ({exc})"
+        ) from None
     samples = pa.Table.from_arrays(samples_cols, schema=SAMPLES_SCHEMA)
     parts_cols[2] = pc.dictionary_encode(parts_cols[2]).cast(PARTS_SCHEMA.field("part_name").type)
     parts = pa.Table.from_arrays(parts_cols, schema=PARTS_SCHEMA)

@@ -10,7 +10,8 @@ compiled writer `energon_arrow.index._sqlite_pages` lays the pages out bottom-up
 2. each shard's rows are encoded as records and appended to the six b-trees (new pages go after the last one);
 3. `finish` writes each tree's top page over its root page and sets the page count in the file header.
 
-The file is a normal SQLite database at every `finish` (`PRAGMA integrity_check` passes; tests check it).
+The file is a normal SQLite database at every `finish` (`PRAGMA integrity_check` passes; tests check it, and
+`finish` itself runs the cheaper `PRAGMA quick_check` and raises `PageWriterError` if it fails).
 `IndexSqliteWriter` is what prepare uses: page by page while it can, and at the first shard whose keys do not
 sort above the keys before it, the file is finished and SQLite's inserts go on from there (`IndexSqliteBuilder`,
 which also reports duplicate keys). Without the compiled module it uses SQLite inserts throughout.
@@ -143,12 +144,14 @@ class IndexPagesWriter:
         return True
 
     def finish(self) -> None:
+        """Complete the file, then check it with SQLite's `PRAGMA quick_check` (one pass over the pages)."""
         try:
             with self._naming_errors():
                 pages = _native.finish(self._writer, self._roots)
                 os.pwrite(self._fd, int(pages).to_bytes(4, "big"), _HEADER_PAGE_COUNT)
         finally:
             self.abort()
+        quick_check(self.path)
 
     @contextlib.contextmanager
     def _naming_errors(self):
@@ -166,6 +169,28 @@ class IndexPagesWriter:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = -1
+
+
+class PageWriterError(RuntimeError):
+    """The index.sqlite written page by page is not a sound SQLite database (a bug of the page writer)."""
+
+
+def quick_check(path: str) -> None:
+    """Raise PageWriterError naming `path` and SQLite's findings unless `PRAGMA quick_check` reports ok."""
+    try:
+        db = sqlite3.connect(path)
+        try:
+            found = [row[0] for row in db.execute("PRAGMA quick_check")]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        found = [str(exc)]
+    if found != ["ok"]:
+        raise PageWriterError(
+            f"{path}: the index.sqlite written page by page fails SQLite's PRAGMA quick_check: "
+            + "; ".join(found[:5])
+            + (f" (and {len(found) - 5} more)" if len(found) > 5 else "")
+        )
 
 
 def _ints(values: np.ndarray) -> tuple:

@@ -72,13 +72,23 @@ class Loader:
                 if "fork" in torch.multiprocessing.get_all_start_methods()
                 else None,
             )
-            gc.freeze()  # forked workers: the collector must not touch (and so copy) the parent's objects
         board = image_board(self.dataset, self.num_workers, self.prefetch_factor, self.device)
         self.dataset.image_slots = board
         dl = torch.utils.data.DataLoader(self.dataset, batch_size=None, collate_fn=_as_is, **kwargs)
+        if self.num_workers > 0:
+            # Forked workers inherit frozen objects: their collector never touches (and so copies) the parent's
+            # pages. The parent unfreezes as soon as the workers exist; objects left frozen are never collected,
+            # not even at interpreter exit, so native objects in cycles (DuckDB's) would be reported as leaked.
+            gc.freeze()
+            try:
+                batches = iter(dl)  # forks the workers
+            finally:
+                gc.unfreeze()
+        else:
+            batches = iter(dl)
         expected = self.next_batch
         try:
-            for b, skipped, batch, leases in dl:
+            for b, skipped, batch, leases in batches:
                 if b < expected:
                     raise LoaderError(f"internal: batch {b} delivered after batch {expected - 1}")
                 if board is not None:

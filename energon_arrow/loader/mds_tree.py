@@ -127,6 +127,13 @@ class MdsFile:
             raise LoaderError(f"{self.at(node, key)}: {what} {key!r} must be a mapping, got {value!r}")
         return value
 
+    def string(self, node, key) -> str | None:
+        """`node[key]` when set: a non-empty string (a path, split part or config file name)."""
+        value = node.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise LoaderError(f"{self.at(node, key)}: {key!r} must be a non-empty string, got {value!r}")
+        return value
+
     def number(self, node, key, default: float) -> float:
         value = node.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -166,7 +173,7 @@ class _Resolver:
             )
         splits = doc.mapping(data, "splits", "metadataset") or {}
         if split_part not in splits:
-            raise LoaderError(f"{doc.where}: no split {split_part!r} (splits: {sorted(splits)})")
+            raise LoaderError(f"{doc.where}: no split {split_part!r} (splits: {sorted(map(str, splits))})")
         spec = splits[split_part]
         if cls == "Metadataset":
             doc.check_keys(spec, {"datasets"}, f"v1 split {split_part!r}")
@@ -216,8 +223,8 @@ class _Resolver:
             subset = merge_subset(
                 parse_subset(node.get("subset"), doc.at(node, "subset")), subset, doc.at(node)
             )
-        path = join_path(doc.folder, str(node["path"]))
-        split = node.get("split_part") or split_part
+        path = join_path(doc.folder, doc.string(node, "path"))
+        split = doc.string(node, "split_part") or split_part
         aux = _aux(doc, node, path)
         if is_metadataset(path):
             for key in ("aux", "dataset_config", "split_config"):
@@ -230,8 +237,8 @@ class _Resolver:
             subflavors=subflavors,
             subset=subset,
             aux=aux,
-            dataset_config=node.get("dataset_config"),
-            split_config=node.get("split_config"),
+            dataset_config=doc.string(node, "dataset_config"),
+            split_config=doc.string(node, "split_config"),
         )
         if subset is not None and subset.absolute is None and subset.range == (0.0, 1.0):
             leaf.subset = None
@@ -261,7 +268,7 @@ class _Resolver:
         subset = merge_subset(parse_subset(node.get("subset"), doc.at(node, "subset")), subset, doc.at(node))
         return Leaf(
             path=(members[0] if isinstance(members, list) else next(iter(members.values()))).path,
-            split_part=node.get("split_part") or split_part,
+            split_part=doc.string(node, "split_part") or split_part,
             subflavors=subflavors,
             subset=subset,
             join=JoinSpec(members, dict(joiner), doc.path),
@@ -272,7 +279,7 @@ class _Resolver:
         if "path" not in node:
             raise LoaderError(f"{doc.at(node)}: a join entry needs a 'path'")
         _check_shuffle_multiplier(doc, node)
-        path = join_path(doc.folder, str(node["path"]))
+        path = join_path(doc.folder, doc.string(node, "path"))
         if is_metadataset(path) or path.endswith(".jsonl"):
             raise LoaderError(
                 f"{doc.at(node, 'path')}: only prepared webdatasets can be joined, not {path!r}"
@@ -284,11 +291,11 @@ class _Resolver:
             )
         return JoinMember(
             path=path,
-            split_part=node.get("split_part"),
+            split_part=doc.string(node, "split_part"),
             subflavors=doc.mapping(node, "subflavors", "join entry"),
             nonmatch=nonmatch,
-            dataset_config=node.get("dataset_config"),
-            split_config=node.get("split_config"),
+            dataset_config=doc.string(node, "dataset_config"),
+            split_config=doc.string(node, "split_config"),
         )
 
     # ---- v1 ----------------------------------------------------------------------------------------------

@@ -145,9 +145,9 @@ def map_index(src: SplitSource) -> SplitSource:
     """Move the index arrays into memory-mapped files (unlinked at once; the mappings stay valid), so the
     DataLoader workers forked later map the same page-cache pages instead of inheriting private copies, and a
     worker's resident memory does not grow with the dataset."""
-    import tempfile
+    from energon_arrow.adapters.publish import private_mkdtemp
 
-    folder = tempfile.mkdtemp(prefix="energon-arrow-index-")
+    folder = private_mkdtemp("energon-arrow-index-")
     try:
 
         def mapped(name: str, arr: np.ndarray) -> np.ndarray:

@@ -78,7 +78,7 @@ def connect(
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
     reads_files = any(t is None for t in base.values())
     if reads_files and not storage.is_local:
-        con.register_filesystem(storage.fs)
+        con.register_filesystem(storage.retrying_fs)  # DuckDB reads through it: its requests retry there
     for name, table in base.items():
         if table is None:
             url = _duckdb_url(storage, f"{SIDE_INDEX_DIR}/{name}.parquet").replace("'", "''")

@@ -122,7 +122,7 @@ class Dataset:
         import pyarrow.dataset as pads
         from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-        fs = PyFileSystem(FSSpecHandler(self.storage.fs))
+        fs = PyFileSystem(FSSpecHandler(self.storage.retrying_fs))
         return pl.scan_pyarrow_dataset(
             pads.dataset(self.storage.path_of(rel), filesystem=fs, format="parquet")
         )

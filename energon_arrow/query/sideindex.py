@@ -77,7 +77,7 @@ def _read_schema(storage: Storage, rel: str) -> pa.Schema:
     try:
         if storage.is_local:
             return pq.read_schema(storage.local_path(rel))
-        with storage.fs.open(storage.path_of(rel), "rb") as f:
+        with storage.retrying_fs.open(storage.path_of(rel), "rb") as f:
             return pq.read_schema(f)
     except FileNotFoundError:
         raise NotPreparedError(

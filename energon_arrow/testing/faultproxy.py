@@ -1,17 +1,22 @@
 """A loopback HTTP proxy that injects real transient failures in front of an S3 server (for retry tests).
 
-Each request takes the next fault from a queue (`"slowdown"`: 503 SlowDown, `"error500"`: 500 InternalError,
-`"reset"`: the TCP connection is reset before any answer) or, when the queue is empty, is forwarded unchanged
-(Host header included, so SigV4 signatures stay valid). Every request is counted, so a test can assert how many
-attempts a client made.
+Each request takes the next fault from a queue or, when the queue is empty, a random one (`randomize`: a seeded
+share of the requests) or none, and is then forwarded unchanged (Host header included, so SigV4 signatures stay
+valid). Faults: `"slowdown"` (503 SlowDown), `"error500"` (500 InternalError), `"error429"` (429
+TooManyRequests), `"503:<Code>"` (503 with any error code, e.g. a throttling code), `"reset"` (the TCP connection
+is reset before any answer), and for GETs `"stall"` (headers, then no byte for `stall_s` seconds) and
+`"truncate"` (the full Content-Length announced, half the body sent, the connection closed). Every request is
+counted, so a test can assert how many attempts a client made and how many were faulted.
 """
 
 from __future__ import annotations
 
 import http.client
+import random
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -20,7 +25,15 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connectio
 _ERRORS = {
     "slowdown": (503, "SlowDown", "Please reduce your request rate."),
     "error500": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "error429": (429, "TooManyRequests", "Too many requests."),
 }
+_BODY_FAULTS = {"stall", "truncate"}  # GET only: a HEAD or PUT answer has no body to withhold
+
+
+def _error(fault: str) -> tuple[int, str, str] | None:
+    if fault.startswith("503:"):
+        return 503, fault[4:], "Injected throttling."
+    return _ERRORS.get(fault)
 
 
 class FaultProxy:
@@ -30,6 +43,8 @@ class FaultProxy:
         parts = urlsplit(upstream_url)
         self.upstream = (parts.hostname, parts.port or 80)
         self._faults: deque[str] = deque()
+        self._random: tuple[random.Random, float, tuple[str, ...]] | None = None
+        self.stall_s = 2.0
         self._lock = threading.Lock()
         # (method, path, Range header or "", "forwarded" or the fault)
         self.requests: list[tuple[str, str, str, str]] = []
@@ -42,7 +57,7 @@ class FaultProxy:
                 pass
 
             def _handle(self):
-                fault = proxy._next_fault()
+                fault = proxy._next_fault(self.command)
                 proxy._record(self.command, self.path, self.headers.get("Range", ""), fault or "forwarded")
                 if fault == "reset":
                     # RST instead of FIN: the client sees ECONNRESET
@@ -52,8 +67,8 @@ class FaultProxy:
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                if fault:
-                    status, code, message = _ERRORS[fault]
+                if fault and fault not in _BODY_FAULTS:
+                    status, code, message = _error(fault)
                     xml = (
                         f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
                     )
@@ -68,9 +83,9 @@ class FaultProxy:
                     kept = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP_BY_HOP]
                 finally:
                     upstream.close()
-                self._answer(resp.status, kept, data)
+                self._answer(resp.status, kept, data, fault)
 
-            def _answer(self, status, headers, data):
+            def _answer(self, status, headers, data, fault=None):
                 self.send_response_only(status)
                 has_length = False
                 for k, v in headers:
@@ -83,8 +98,20 @@ class FaultProxy:
                 if not has_length:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if self.command != "HEAD":
+                if self.command == "HEAD":
+                    return
+                try:
+                    if fault == "truncate":
+                        self.wfile.write(data[: len(data) // 2])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return
+                    if fault == "stall":
+                        self.wfile.flush()
+                        time.sleep(proxy.stall_s)
                     self.wfile.write(data)
+                except OSError:  # the client gave up waiting (a stall)
+                    self.close_connection = True
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
 
@@ -96,24 +123,59 @@ class FaultProxy:
 
     def inject(self, *faults: str) -> None:
         """Queue faults for the next requests, in order."""
-        unknown = set(faults) - set(_ERRORS) - {"reset"}
-        if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}; known: reset, {', '.join(_ERRORS)}")
+        self._check(faults)
         with self._lock:
             self._faults.extend(faults)
+
+    def randomize(self, rate: float, faults: tuple[str, ...], seed: int = 0) -> None:
+        """Fault a seeded random `rate` of the requests (0 turns it off), each with a fault drawn from `faults`
+        (a body fault drawn for a request other than a GET becomes the next error fault of the list)."""
+        self._check(faults)
+        if not 0 <= rate <= 1 or (rate and not faults):
+            raise ValueError(f"rate must be within [0, 1] with faults to draw from, got {rate} and {faults}")
+        with self._lock:
+            self._random = (random.Random(seed), rate, tuple(faults)) if rate else None
+
+    def faulted(self) -> dict[str, int]:
+        """Requests answered with each fault so far."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for *_, outcome in self.requests:
+                if outcome != "forwarded":
+                    counts[outcome] = counts.get(outcome, 0) + 1
+            return counts
+
+    @staticmethod
+    def _check(faults) -> None:
+        unknown = {f for f in faults if _error(f) is None and f not in _BODY_FAULTS and f != "reset"}
+        if unknown:
+            known = ", ".join(["reset", "stall", "truncate", "503:<Code>", *_ERRORS])
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {known}")
 
     def reset_counts(self) -> None:
         with self._lock:
             self.requests.clear()
             self._faults.clear()
+            self._random = None
 
     def count(self, method: str | None = None) -> int:
         with self._lock:
             return sum(1 for m, *_ in self.requests if method is None or m == method)
 
-    def _next_fault(self) -> str | None:
+    def _next_fault(self, method: str) -> str | None:
         with self._lock:
-            return self._faults.popleft() if self._faults else None
+            if self._faults:
+                return self._faults.popleft()
+            if self._random is None:
+                return None
+            rng, rate, faults = self._random
+            if rng.random() >= rate:
+                return None
+            fault = rng.choice(faults)
+            if fault in _BODY_FAULTS and method != "GET":
+                errors = [f for f in faults if f not in _BODY_FAULTS] or ["slowdown"]
+                fault = rng.choice(errors)
+            return fault
 
     def _record(self, method: str, path: str, byte_range: str, outcome: str) -> None:
         with self._lock:

@@ -10,12 +10,12 @@ then the .idx: an interrupted run never leaves a pair that looks complete.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from energon_arrow.adapters.publish import private_mkdtemp
 from energon_arrow.tokens.idx_format import IndexFormatError, dtype_code, pack_header, sequence_pointers
 from energon_arrow.tokens.indexed import IndexedTokens, split_prefix
 from energon_arrow.tokens.sink import Sink
@@ -50,7 +50,7 @@ class TokenWriter:
         self.check_range = check_range
         self.storage, stem = split_prefix(prefix, storage_options)
         self.bin_name, self.idx_name = stem + ".bin", stem + ".idx"
-        self._tmpdir = tempfile.mkdtemp(prefix="ea-tokens-", dir=spool_dir)
+        self._tmpdir = private_mkdtemp("ea-tokens-", spool_dir)
         mem = spool_memory_bytes
         self._lengths = ArraySpool(np.int32, f"{self._tmpdir}/lengths", mem)
         self._doc_ends = ArraySpool(np.int64, f"{self._tmpdir}/documents", mem)

@@ -15,10 +15,11 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Callable
 
 import numpy as np
+
+from energon_arrow.adapters.publish import private_temp_path
 
 FORMAT_VERSION = 1
 _BROADCAST_CHUNK = 64 << 20
@@ -84,8 +85,10 @@ class IndexCache:
         settings and file identities, hence the same arrays: an entry that already exists (a racing rank on
         this node) is kept as it is."""
         target = os.path.join(self.dir, name)
-        staging = f"{target}.tmp-{uuid.uuid4().hex[:12]}"
+        staging = None
         try:
+            os.makedirs(self.dir, exist_ok=True)
+            staging = private_temp_path(target)  # (and the staging folders of killed builds removed)
             os.makedirs(staging)
             for a, arr in arrays.items():
                 np.save(os.path.join(staging, f"{a}.npy"), arr, allow_pickle=False)
@@ -100,7 +103,8 @@ class IndexCache:
         except OSError as exc:
             raise OSError(f"cannot write the Nanoset index cache {target}: {exc}") from exc
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
 
 
 def _distributed():

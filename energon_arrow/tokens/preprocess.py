@@ -14,7 +14,6 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from energon_arrow.adapters.publish import private_mkdtemp
 from energon_arrow.tokens.builder import TokenWriter
 from energon_arrow.tokens.idx_format import optimal_dtype
 from energon_arrow.tokens.jsonl import (
@@ -76,7 +76,7 @@ def preprocess(
     t0 = time.perf_counter()
     files = expand_inputs(inputs, opts.storage_options)
     units = plan_units(files, opts.workers, opts.min_split_bytes)
-    part_dir = tempfile.mkdtemp(prefix="ea-preprocess-", dir=opts.tmp_dir)
+    part_dir = private_mkdtemp("ea-preprocess-", opts.tmp_dir)
     try:
         results = _run_units(units, opts, dtype, part_dir, progress or (lambda d, t, b: None))
         outputs = _merge_parts(results, output_prefix, opts, dtype)

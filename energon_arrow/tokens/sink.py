@@ -11,6 +11,7 @@ import os
 import uuid
 
 from energon_arrow.adapters.errors import classify
+from energon_arrow.adapters.publish import private_temp_path
 
 WRITE_BUFFER = 8 * 1024 * 1024
 REMOTE_PART = 16 * 1024 * 1024
@@ -28,11 +29,11 @@ class Sink:
             if storage.is_local:
                 self._final = storage.local_path(rel)
                 os.makedirs(os.path.dirname(self._final) or ".", exist_ok=True)
-                self._tmp = f"{self._final}.tmp-{uuid.uuid4().hex[:12]}"
+                self._tmp = private_temp_path(self._final)
                 self._file = open(self._tmp, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 (closed by publish/discard)
             elif storage.protocol == "s3":
                 self._final = self._tmp = None
-                self._file = storage.fs.open(storage.path_of(rel), "wb", block_size=REMOTE_PART)
+                self._file = storage.retrying_fs.open(storage.path_of(rel), "wb", block_size=REMOTE_PART)
             else:
                 self._final = storage.path_of(rel)
                 self._tmp = f"{self._final}.tmp-{uuid.uuid4().hex[:12]}"

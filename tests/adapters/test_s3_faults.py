@@ -183,3 +183,36 @@ def test_forked_workers_inherit_credentials_and_build_their_own_clients(s3_serve
         p.join(30)
         assert p.exitcode == 0
     assert results == [data[300:304] + data[7:9]] * 2
+
+
+def test_libraries_reading_through_fsspec_retry_transient_errors(fault_proxy, s3_object, s3_server):
+    """DuckDB and pyarrow read the side index through `Storage.retrying_fs`, not through energon-arrow's retry
+    loop: its s3fs instance retries what energon-arrow classifies as transient (found by the fault-injection
+    suite: a 500 or a throttling 503 while DuckDB read a side-index Parquet file failed the query)."""
+    from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+    from energon_arrow.meta import field_map_dataset, parse_split_ratio
+    from energon_arrow.query import open_dataset
+    from energon_arrow.testing.synthetic import write_webdataset
+
+    bucket, key, data = s3_object
+    store, name = through_proxy(fault_proxy, bucket, key)
+    fault_proxy.inject("error500", "error429", "503:ThrottlingException")
+    assert store.retrying_fs.cat_file(f"{bucket}/{key}") == data
+    assert not fault_proxy._faults  # the three faults were met, and retried
+
+    url = f"s3://{bucket}/{posixpath.dirname(key)}/ds"
+    write_webdataset(
+        url, shards=2, samples_per_shard=5, image_bytes=10, storage_options=s3_server.storage_options
+    )
+    options = PrepareOptions(
+        split_ratio=parse_split_ratio("1,0,0"),
+        dataset_yaml=field_map_dataset("TextSample", {"text": "txt"}),
+        num_workers=1,
+    )
+    prepare_dataset(url, options, s3_server.storage_options)
+    proxied = {"endpoint_url": fault_proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+    with open_dataset(open_storage(url, proxied, retry=FAST)) as ds:
+        fault_proxy.reset_counts()
+        fault_proxy.inject("error500", "503:SlowDownRead", "error429")
+        assert ds.sql("SELECT count(*) AS n FROM samples").arrow().column("n").to_pylist() == [10]
+        assert not fault_proxy._faults  # the three faults were met, and retried

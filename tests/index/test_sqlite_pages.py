@@ -254,3 +254,32 @@ def test_writer_errors_name_the_file(tmp_path, monkeypatch):
     assert (err.value.errno, err.value.filename) == (errno.ENOSPC, path)
     with pytest.raises(OSError, match="full.sqlite"):
         writer.finish()
+
+
+@pytest.mark.skipif(not page_writer_available(), reason="compiled page writer not built")
+def test_finish_runs_quick_check_and_names_the_file(tmp_path, monkeypatch):
+    import types
+
+    from energon_arrow.index import sqlite_pages
+
+    real = sqlite_pages._native
+
+    def finish_then_damage(writer, roots):
+        pages = real.finish(writer, roots)
+        page_size = 4096
+        with open(path, "r+b") as f:  # the samples table's root page: an invalid b-tree page type
+            f.seek((roots[0] - 1) * page_size)
+            f.write(b"\x07")
+        return pages
+
+    path = str(tmp_path / "damaged.sqlite")
+    writer = IndexPagesWriter(path, page_size=4096)
+    writer.try_add_shard(0, "a.tar", shard_index(["a", "b"], [["jpg"], ["txt"]], np.random.default_rng(3)))
+    monkeypatch.setattr(sqlite_pages, "_native", types.SimpleNamespace(finish=finish_then_damage))
+    with pytest.raises(sqlite_pages.PageWriterError, match=r"damaged\.sqlite.*quick_check"):
+        writer.finish()
+    ok = str(tmp_path / "ok.sqlite")
+    monkeypatch.setattr(sqlite_pages, "_native", real)
+    good = IndexPagesWriter(ok)
+    good.try_add_shard(0, "a.tar", shard_index(["a"], [["jpg"]], np.random.default_rng(4)))
+    good.finish()  # a sound file passes the check

@@ -143,3 +143,44 @@ def test_invalid_metadataset_yaml_names_the_line(tmp_path):
     path.write_text("__class__: MetadatasetV2\nsplits:\n  train: [\n")
     with pytest.raises(LoaderError, match=r"m\.yaml: line \d+, column \d+: invalid YAML"):
         resolve_split(str(path), "train")
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            "splits:\n  train:\n    blend_epochized:\n      - path: ds\n        repetitions: null\n",
+            r"repetitions must be a number >= 0, got None",
+        ),
+        (
+            "splits:\n  train:\n    blend:\n      - path: ds\n        weight: heavy\n",
+            r"weight must be a number >= 0, got 'heavy'",
+        ),
+        ("splits:\n  train:\n    path: ds\n    aux: [a, b]\n", r"'aux' must be a mapping"),
+        ("splits:\n  train:\n    path: ds\n    subflavors: 3\n", r"'subflavors' must be a mapping"),
+        (
+            "splits:\n  train:\n    path: ds\n    split_part: [1]\n",
+            r"'split_part' must be a non-empty string",
+        ),
+        ("splits:\n  train:\n    path: {a: 1}\n", r"'path' must be a non-empty string"),
+        ("splits: [train, 1]\n", r"'splits' must be a mapping"),
+        ("splits:\n  1: {path: ds}\n  a: {path: ds}\n", r"no split 'train' \(splits: \['1', 'a'\]\)"),
+        ("splits:\n  train:\n    path: ds\n    1: x\n    b: y\n", r"line 5: unknown key 1 in split 'train'"),
+    ],
+)
+def test_wrongly_typed_metadataset_values_are_loader_errors(tmp_path, body, message):
+    """Found by the fuzz suite (tests/reliability): these raised TypeError/AttributeError before."""
+    from energon_arrow.loader.mds_tree import resolve_split
+
+    path = tmp_path / "m.yaml"
+    path.write_text("__class__: MetadatasetV2\n" + body)
+    with pytest.raises(LoaderError, match=message):
+        resolve_split(str(path), "train")
+
+
+@pytest.mark.parametrize("bound", ["abc%", "nan%", "inf%", float("inf"), [1]])
+def test_bad_subset_bounds_are_loader_errors(bound):
+    from energon_arrow.loader.subset import parse_subset
+
+    with pytest.raises(LoaderError, match="subset bound"):
+        parse_subset({"range": [bound, "end"]}, "m.yaml")
