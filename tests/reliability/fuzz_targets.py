@@ -252,23 +252,17 @@ def metadataset_text(draw) -> bytes:
     return draw(st.one_of(st.just(text), mutated(text)))
 
 
-def _metadataset_reader():
-    """The metadataset entry point of this version: the tree resolver where it exists, else the flat reader."""
-    try:
-        from energon_arrow.loader.mds_tree import resolve_split
-    except ImportError:
-        from energon_arrow.loader.metadataset import read_metadataset, subset_bounds
+def _read_metadataset(path: str) -> None:
+    """Resolve the train split and the absolute rows of each leaf's subset (as if each had 100 samples)."""
+    from energon_arrow.loader.mds_tree import resolve_split
 
-        def read(path: str) -> None:
-            for entry in read_metadataset(path, "train").entries:
-                subset_bounds(entry.subset, 100, path)
-
-        return read
-    return lambda path: resolve_split(path, "train")
+    for leaf in resolve_split(path, "train").leaves:
+        if leaf.subset is not None:
+            leaf.subset.bounds(100, path)
 
 
 def target_metadataset(tmp: str, examples: int):
-    read = _metadataset_reader()
+    read = _read_metadataset
     path = os.path.join(tmp, "meta.yaml")
 
     @given(metadataset_text())
