@@ -97,7 +97,7 @@ class Assembler:
     ) -> tuple[Any, int]:
         """(batch or None when every sample was skipped, skipped count so far)."""
         owner, rows = plan
-        if self.columnar and (owner == owner[0]).all():
+        if self.columnar and not self.hooks.stream and (owner == owner[0]).all():
             try:
                 return columnar_batch(
                     self.builders[int(owner[0])], self.sources[int(owner[0])], rows, views
@@ -111,8 +111,7 @@ class Assembler:
                 key, parts = sample_parts(src, row, view)
                 shard = src.shard_paths[src.shard_id[row]]
                 sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]), row)
-                seed = self.settings.seed * 1_000_003 + b * 65_537 + slot
-                samples.extend(self.hooks.sample(sample, seed, src))
+                samples.extend(self.hooks.sample(sample, b, slot, src))
             except (DecodeError, MissingPartError) as exc:
                 if not self.settings.skip_errors:
                     raise
@@ -122,4 +121,4 @@ class Assembler:
                         f"{skipped} samples skipped, over the error budget of {self.settings.error_budget}; "
                         f"last: {exc}"
                     ) from exc
-        return (self.hooks.batch(samples) if samples else None), skipped
+        return (self.hooks.batch(samples, b) if samples else None), skipped
