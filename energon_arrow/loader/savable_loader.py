@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import faulthandler
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,18 @@ from energon_arrow.loader.energon_dataset import EnergonDataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.regroup import Regrouper
+
+
+def _stderr_with_fd():
+    """sys.stderr when it is a real file (faulthandler writes to a file descriptor), else the process's original
+    stderr (e.g. while pytest captures output); None when neither has one."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            stream.fileno()
+            return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return None
 
 
 class BasicLoader(Loader):
@@ -91,13 +104,16 @@ class BasicLoader(Loader):
 
     def _watched(self, it: Iterator[Any]) -> Iterator[Any]:
         timeout, initial, fail = self.watchdog
-        if timeout is None:
+        out = _stderr_with_fd()
+        if timeout is None or out is None:
             yield from it
             return
         first = True
         try:
             while True:
-                faulthandler.dump_traceback_later(initial if first and initial else timeout, exit=fail)
+                faulthandler.dump_traceback_later(
+                    initial if first and initial else timeout, exit=fail, file=out
+                )
                 try:
                     item = next(it)
                 except StopIteration:
