@@ -73,21 +73,37 @@ def _repetitions(path, split_part: str, storage_options) -> list[float] | None:
     return [e.repetitions for e in mds.entries] if mds.mode == "blend_epochized" else None
 
 
-def _prepare(task_encoder, kwargs: dict, function: str) -> tuple[Any, Any, dict, dict]:
-    """(task encoder, deprecated handler, our own options, energon's remaining kwargs) after the checks."""
-    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
-    handler = apply_deprecated_kwargs(kwargs, te)
-    check_dataset_kwargs(kwargs, function)
-    ours = {
-        "subflavors": kwargs.pop("subflavors", None),
-        "storage_options": kwargs.pop("storage_options", None),
-        "trust_remote_code": kwargs.pop("trust_remote_code", False),
-        "sample_type": kwargs.pop("sample_type", None),
-        "skip_errors": kwargs.pop("skip_errors", False),
-        "error_budget": kwargs.pop("error_budget", 100),
-    }
-    refuse_unknown(kwargs, function)
-    return te, handler, ours, kwargs
+class _Request:
+    """The checked arguments of one get_*_dataset call: task encoder, deprecated handler, our own options."""
+
+    def __init__(self, task_encoder, kwargs: dict, function: str):
+        self.te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+        self.handler = apply_deprecated_kwargs(kwargs, self.te)
+        check_dataset_kwargs(kwargs, function)
+        self.subflavors = kwargs.pop("subflavors", None)
+        self.storage_options = kwargs.pop("storage_options", None)
+        self.trust_remote_code = kwargs.pop("trust_remote_code", False)
+        self.sample_type = kwargs.pop("sample_type", None)
+        self.errors = {
+            "skip_errors": kwargs.pop("skip_errors", False),
+            "error_budget": kwargs.pop("error_budget", 100),
+        }
+        refuse_unknown(kwargs, function)
+
+    def sources(self, path, split_part: str) -> tuple[list[SplitSource], list[float] | None]:
+        return _sources(path, split_part, self.subflavors, self.storage_options)
+
+    def build(self, sources, weights, settings: dict, **kw) -> EnergonDataset:
+        return build_dataset(
+            sources,
+            weights,
+            task_encoder=self.te,
+            settings={**settings, **self.errors},
+            trust_remote_code=self.trust_remote_code,
+            sample_type=self.sample_type,
+            error_handler=self.handler,
+            **kw,
+        )
 
 
 def get_train_dataset(
@@ -116,49 +132,36 @@ def get_train_dataset(
     `trust_remote_code`, `skip_errors`, `error_budget`."""
     kwargs["packing_buffer_size"] = packing_buffer_size
     check_shuffle_over_epochs(shuffle_over_epochs_multiplier, "get_train_dataset")
-    te, handler, ours, _ = _prepare(task_encoder, kwargs, "get_train_dataset")
-    sources, weights = _sources(path, split_part, ours["subflavors"], ours["storage_options"])
+    req = _Request(task_encoder, kwargs, "get_train_dataset")
+    sources, weights = req.sources(path, split_part)
     settings = dict(
         shuffle=True,
         repeat=repeat,
         block_size=max_samples_per_sequence or 16,
         shuffle_buffer=shuffle_buffer_size or 0,
-        skip_errors=ours["skip_errors"],
-        error_budget=ours["error_budget"],
     )
-    return build_dataset(
+    return req.build(
         sources,
         weights,
+        settings,
         mode="train",
         worker_config=worker_config,
         batch_size=batch_size,
         batch_drop_last=batch_drop_last,
-        task_encoder=te,
-        settings=settings,
-        trust_remote_code=ours["trust_remote_code"],
-        sample_type=ours["sample_type"],
-        error_handler=handler,
         virtual_epoch_length=virtual_epoch_length,
-        repetitions=_repetitions(path, split_part, ours["storage_options"]),
+        repetitions=_repetitions(path, split_part, req.storage_options),
     )
 
 
-def _val(sources, te, handler, ours, worker_config, batch_size, batch_drop_last, limit) -> EnergonDataset:
-    settings = dict(
-        shuffle=False, repeat=False, skip_errors=ours["skip_errors"], error_budget=ours["error_budget"]
-    )
-    return build_dataset(
+def _val(req: _Request, sources, worker_config, batch_size, batch_drop_last, limit) -> EnergonDataset:
+    return req.build(
         sources,
         None,
+        dict(shuffle=False, repeat=False),
         mode="val",
         worker_config=worker_config,
         batch_size=batch_size,
         batch_drop_last=batch_drop_last,
-        task_encoder=te,
-        settings=settings,
-        trust_remote_code=ours["trust_remote_code"],
-        sample_type=ours["sample_type"],
-        error_handler=handler,
         limit=limit,
     )
 
@@ -178,9 +181,9 @@ def get_val_dataset(
     """Every sample of the split once per pass, in order, sharded across ranks (energon's get_val_dataset).
     `limit`: at most that many batches per rank and pass (each pass starts over)."""
     kwargs["packing_buffer_size"] = packing_buffer_size
-    te, handler, ours, _ = _prepare(task_encoder, kwargs, "get_val_dataset")
-    sources, _ = _sources(path, split_part, ours["subflavors"], ours["storage_options"])
-    return _val(sources, te, handler, ours, worker_config, batch_size, batch_drop_last, limit)
+    req = _Request(task_encoder, kwargs, "get_val_dataset")
+    sources, _ = req.sources(path, split_part)
+    return _val(req, sources, worker_config, batch_size, batch_drop_last, limit)
 
 
 def get_val_datasets(
@@ -197,12 +200,9 @@ def get_val_datasets(
 ) -> list[tuple[EnergonDataset, SplitSource]]:
     """One val dataset per dataset of a metadataset (energon's get_val_datasets): [(dataset, its source)]."""
     kwargs["packing_buffer_size"] = packing_buffer_size
-    te, handler, ours, _ = _prepare(task_encoder, kwargs, "get_val_datasets")
-    sources, _ = _sources(path, split_part, ours["subflavors"], ours["storage_options"])
-    return [
-        (_val([src], te, handler, ours, worker_config, batch_size, batch_drop_last, limit), src)
-        for src in sources
-    ]
+    req = _Request(task_encoder, kwargs, "get_val_datasets")
+    sources, _ = req.sources(path, split_part)
+    return [(_val(req, [src], worker_config, batch_size, batch_drop_last, limit), src) for src in sources]
 
 
 def _check_loader_worker_config(dataset, worker_config, function: str) -> None:
