@@ -174,6 +174,7 @@ class TaskHooks:
         counter = self._counters.get(name)
         if counter is None:
             counter = self._counters[name] = ErrorCounter(name, self._tolerance(fn))
+        outer = WorkerConfig.active_worker_config, WorkerConfig.index_override
         WorkerConfig.active_worker_config = self.worker_config
         WorkerConfig.index_override = index
         try:
@@ -187,8 +188,7 @@ class TaskHooks:
             counter.failed(exc, arg, self.worker_config.global_error_handler)
             return []
         finally:
-            WorkerConfig.active_worker_config = None
-            WorkerConfig.index_override = None
+            WorkerConfig.active_worker_config, WorkerConfig.index_override = outer
         counter.in_a_row = 0
         return out
 

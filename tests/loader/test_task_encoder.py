@@ -284,3 +284,20 @@ def test_get_stateless_and_restore_seeds_mark():
     assert ea.get_stateless(ea.TaskEncoder.batch) and not ea.get_stateless(
         ea.TaskEncoder.batch_group_criterion
     )
+
+
+def test_cook_crude_sample_hook(dataset_copy):
+    from tests.loader.conftest import write_dataset_yaml
+    from tests.loader.test_loader_crude import CRUDE_YAML, CrudeTE
+
+    write_dataset_yaml(dataset_copy, CRUDE_YAML)
+    cooked = []
+
+    class Counting(CrudeTE):
+        def cook_crude_sample(self, sample, cooker, aux):
+            cooked.append((sample["__key__"], self.current_sample_index))
+            return super().cook_crude_sample(sample, cooker, aux)
+
+    (batch,) = take(loader(dataset_copy, Counting(), batch_size=3), 1)
+    assert type(batch).__name__ == "TextSample" and [k for k, _ in cooked] == batch.__key__
+    assert [i for _, i in cooked] == [0, 1, 2]
