@@ -15,6 +15,7 @@ from energon_arrow.loader.energon_len import energon_length
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.source import SplitSource
+from energon_arrow.loader.watchdog import Watchdog
 from energon_arrow.loader.worker_config import WorkerConfig
 from energon_arrow.samples.decoders import PartDecoder
 
@@ -30,6 +31,15 @@ class EnergonDataset(BatchDataset):
     virtual_epoch_length: int
     mode: str
     energon_len: int
+
+    #: (timeout, initial timeout, fail_on_timeout) of the watchdog, set by the loader; timeout None: off
+    watchdog: tuple = (None, None, False)
+
+    def __iter__(self):
+        timeout, initial, fail = self.watchdog
+        if timeout is None:
+            return super().__iter__()
+        return Watchdog(timeout, initial, fail).watch_iter(super().__iter__())
 
     def __len__(self) -> int:
         """Batches (samples when unbatched) this rank yields in one pass of a finite dataset (val, or train with

@@ -4,9 +4,9 @@
 - stream mode (grouped batches, generator hooks, `batch_size=None`): batches are formed by loader/regroup.py;
 - `virtual_epoch_length > 0`: each `iter()` yields that many batches, the next continues the stream (energon's
   EpochizeDataset); a val `limit`: each pass yields the first `limit` batches;
-- watchdog: when no batch arrives within `watchdog_timeout_seconds` (the first within
-  `watchdog_initial_timeout_seconds`), the stacks of all threads are dumped to stderr (faulthandler); with
-  `fail_on_timeout=True` the process then exits;
+- watchdog (loader/watchdog.py): when producing a batch takes longer than `watchdog_timeout_seconds` (the first
+  `watchdog_initial_timeout_seconds`), the producing process prints its threads' stacks and warns; with
+  `fail_on_timeout=True` it exits;
 - `worker_config.worker_log_level >= 1` (train) / `>= 2` (val): one JSON line per batch via `worker_log`;
 - `SavableLoader`: `save_state_rank` / `restore_state_rank` (plain dicts) and `save_state_global` /
   `restore_state_global` (gathered / scattered with torch.distributed when the world has several ranks).
@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import faulthandler
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,18 +23,6 @@ from energon_arrow.loader.energon_dataset import EnergonDataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.regroup import Regrouper
-
-
-def _stderr_with_fd():
-    """sys.stderr when it is a real file (faulthandler writes to a file descriptor), else the process's original
-    stderr (e.g. while pytest captures output); None when neither has one."""
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            stream.fileno()
-            return stream
-        except (AttributeError, OSError, ValueError):
-            continue
-    return None
 
 
 class BasicLoader(Loader):
@@ -102,35 +88,13 @@ class BasicLoader(Loader):
             rg.finish()
             yield from rg.drain()
 
-    def _watched(self, it: Iterator[Any]) -> Iterator[Any]:
-        timeout, initial, fail = self.watchdog
-        out = _stderr_with_fd()
-        if timeout is None or out is None:
-            yield from it
-            return
-        first = True
-        try:
-            while True:
-                faulthandler.dump_traceback_later(
-                    initial if first and initial else timeout, exit=fail, file=out
-                )
-                try:
-                    item = next(it)
-                except StopIteration:
-                    return
-                finally:
-                    faulthandler.cancel_dump_traceback_later()
-                first = False
-                yield item
-        finally:
-            it.close()
-
     def _batches(self) -> Iterator[Any]:
         ds = self.dataset
         log = self.worker_config.should_log(1 if ds.mode == "train" else 2)
         length = ds.virtual_epoch_length
+        ds.watchdog = self.watchdog  # the workers (forked when iteration starts) watch their batches
         it = self._stream() if self.regroup is not None else super()._batches()
-        for i, item in enumerate(self._watched(it)):
+        for i, item in enumerate(it):
             if log:
                 keys = getattr(item, "__key__", None)
                 self.worker_config.worker_log(

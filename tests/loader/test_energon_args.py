@@ -173,7 +173,10 @@ def test_deprecated_decoder_arguments(prepared_root):
     assert te.decoder.config()["image_decode"] == "pil"
     with pytest.warns(DeprecationWarning):
         train(prepared_root, te=te, image_decode="pil")  # the same decoder again: fine
-    with pytest.raises(LoaderError, match="already has a different decoder"):
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(LoaderError, match="already has a different decoder"),
+    ):
         train(prepared_root, te=te, image_decode="torchrgb")
     raw = ea.DefaultTaskEncoder()
     ds = train(prepared_root, te=raw, auto_decode=False)
@@ -235,3 +238,26 @@ def test_worker_config_like_energon():
     assert a.global_error_handler is ea.log_exception and a.restore_error_handler is ea.reraise_exception
     with pytest.raises(TypeError):
         ea.WorkerConfig(0, 1, 2)  # keyword-only, as energon's
+
+
+def test_watchdog_dumps_stacks_of_a_stuck_batch(prepared_root, capsys, monkeypatch):
+    import threading
+
+    from energon_arrow.loader.watchdog import Watchdog
+
+    fired = threading.Event()
+    fire = Watchdog._fire
+    monkeypatch.setattr(Watchdog, "_fire", lambda self: (fire(self), fired.set()))
+
+    class Stuck(RawTE):
+        def encode_sample(self, sample):
+            fired.wait(60)  # returns as soon as the watchdog has fired
+            return sample
+
+    ds = train(prepared_root, te=Stuck())
+    loader = ea.get_loader(ds, watchdog_timeout_seconds=0.05)
+    with pytest.warns(RuntimeWarning, match="Watchdog triggered"):
+        keys(loader, 1)
+    assert fired.is_set()
+    err = capsys.readouterr().err
+    assert "Watchdog triggered" in err and "in encode_sample" in err
