@@ -21,6 +21,7 @@ import contextlib
 import functools
 import inspect
 import random
+from types import MethodType
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ import torch
 
 from energon_arrow.loader.errors import FatalSampleError, LoaderError
 from energon_arrow.loader.source import SplitSource
-from energon_arrow.loader.task_encoder import DefaultTaskEncoder, TaskEncoder
+from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
 from energon_arrow.loader.worker_config import WorkerConfig
 from energon_arrow.samples.batch import batch_samples
 from energon_arrow.samples.cookers import get_cooker_need_cache, get_cooker_need_primary, select_cooker
@@ -173,12 +174,12 @@ class TaskHooks:
         """The outputs of `fn(arg)`; [] when it skipped or failed (failures counted as energon does)."""
         counter = self._counters.get(name)
         if counter is None:
-            counter = self._counters[name] = ErrorCounter(name, self._tolerance(fn))
+            counter = self._counters[name] = ErrorCounter(name, self._tolerance(_marked(fn)))
         outer = WorkerConfig.active_worker_config, WorkerConfig.index_override
         WorkerConfig.active_worker_config = self.worker_config
         WorkerConfig.index_override = index
         try:
-            with _seeded(seed, getattr(restore or fn, "__restore_seeds__", False)):
+            with _seeded(seed, getattr(_marked(restore or fn), "__restore_seeds__", False)):
                 out = _outputs(fn(arg, **kwargs))
         except SkipSample:
             return []
@@ -254,6 +255,16 @@ class TaskHooks:
     def group_of(self, sample: Any, b: int) -> list:
         """[(group key, batch size)] of a sample, [] when batch_group_criterion skipped / failed on it."""
         return self._call("batch_group_criterion", self.group_fn, sample, 0, (b, b))
+
+
+def _marked(fn):
+    """The function whose @stateless marks apply to `fn`: for AugmentTaskEncoder's own delegating methods, the
+    wrapped task encoder's method (energon's seeding wrapper sits on the wrapped method)."""
+    while isinstance(fn, MethodType) and isinstance(fn.__self__, AugmentTaskEncoder):
+        if getattr(AugmentTaskEncoder, fn.__name__, None) is not fn.__func__:
+            break
+        fn = getattr(fn.__self__._task_encoder, fn.__name__)
+    return fn
 
 
 def _overridden(te: Any, name: str, bases: tuple = (TaskEncoder,)) -> bool:

@@ -301,3 +301,19 @@ def test_cook_crude_sample_hook(dataset_copy):
     (batch,) = take(loader(dataset_copy, Counting(), batch_size=3), 1)
     assert type(batch).__name__ == "TextSample" and [k for k, _ in cooked] == batch.__key__
     assert [i for _, i in cooked] == [0, 1, 2]
+
+
+class Noisy(RawTE):
+    @ea.stateless(restore_seeds=True)
+    def encode_sample(self, sample):
+        return Tagged.derive_from(sample, caption=sample.caption, tag=int(torch.randint(0, 10**9, ())))
+
+
+def test_augment_keeps_the_wrapped_restore_seeds(prepared_root):
+    def tags():
+        torch.manual_seed(len(calls))  # a different outer state each time: only the hook's own seeding counts
+        calls.append(1)
+        return [b.tag for b in take(loader(prepared_root, ea.AugmentTaskEncoder(Noisy())), 2)]
+
+    calls = []
+    assert tags() == tags()
