@@ -164,7 +164,7 @@ class TaskHooks:
     @property
     def generates(self) -> bool:
         """Whether a hook may turn one sample (or batch) into several: then batches need regrouping."""
-        fns = (self.pre, self.post, self.encode_batch_fn)
+        fns = (self.pre, self.post, getattr(self.te, "batch", None), self.encode_batch_fn)
         return any(f is not None and inspect.isgeneratorfunction(f) for f in fns)
 
     # ---- calling one hook --------------------------------------------------------------------------------

@@ -317,3 +317,16 @@ def test_augment_keeps_the_wrapped_restore_seeds(prepared_root):
 
     calls = []
     assert tags() == tags()
+
+
+class SplittingBatch(RawTE):
+    def batch(self, samples):  # a generator batcher: each batch of 4 comes out as two batches of 2
+        yield self._batch(samples[:2], Tagged)
+        yield self._batch(samples[2:], Tagged)
+
+
+def test_generator_batch(prepared_root):
+    batches = take(loader(prepared_root, SplittingBatch()), 4)
+    assert [len(b.__key__) for b in batches] == [2, 2, 2, 2]
+    ref = take(loader(prepared_root, RawTE()), 2)
+    assert [k for b in batches for k in b.__key__] == [k for b in ref for k in b.__key__]
