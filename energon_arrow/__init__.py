@@ -14,6 +14,7 @@ _LOADER_EXPORTS = {
     "TaskEncoder": "energon_arrow.loader.energon_api",
     "AugmentTaskEncoder": "energon_arrow.loader.energon_api",
     "get_val_datasets": "energon_arrow.loader.energon_api",
+    "SavableDataLoader": "energon_arrow.loader.energon_api",
     "Batch": "energon_arrow.samples",
     "CaptioningSample": "energon_arrow.samples",
     "Cooker": "energon_arrow.samples",

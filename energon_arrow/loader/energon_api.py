@@ -28,11 +28,15 @@ from energon_arrow.loader.source import SplitSource, open_split
 from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
 from energon_arrow.loader.worker_config import WorkerConfig
 
+#: energon's name of the savable loader class (for type hints and isinstance checks)
+SavableDataLoader = SavableLoader
+
 __all__ = [
     "AugmentTaskEncoder",
     "BasicLoader",
     "DefaultTaskEncoder",
     "EnergonDataset",
+    "SavableDataLoader",
     "SavableLoader",
     "TaskEncoder",
     "WorkerConfig",
