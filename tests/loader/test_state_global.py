@@ -4,12 +4,11 @@ on one rank, and restored either from the whole list on every rank or scattered 
 from __future__ import annotations
 
 import json
-import multiprocessing
 
 import pytest
 
 import energon_arrow as ea
-from tests.loader.test_loader_distributed import RawTE, _free_port
+from tests.loader.test_loader_distributed import RawTE, run_two_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -57,19 +56,6 @@ def _rank_main(rank: int, port: int, root: str, out: str) -> None:
 
 
 def test_state_global_two_ranks(prepared_root, tmp_path):
-    out = str(tmp_path / "result.json")
-    port = _free_port()
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(r, port, prepared_root, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
-    with open(out) as f:
-        r0, r1 = json.load(f)
+    r0, r1 = run_two_ranks(_rank_main, prepared_root, tmp_path)
     assert r0 == {"gathered": 2, "list": True, "scatter": True}
     assert r1 == {"gathered": False, "list": True, "scatter": True}
