@@ -330,3 +330,30 @@ def test_generator_batch(prepared_root):
     assert [len(b.__key__) for b in batches] == [2, 2, 2, 2]
     ref = take(loader(prepared_root, RawTE()), 2)
     assert [k for b in batches for k in b.__key__] == [k for b in ref for k in b.__key__]
+
+
+def test_finite_regrouped_pass_resumes_to_its_end(prepared_root):
+    def epoch_loader():
+        return loader(prepared_root, Grouped(), batch_size=None, repeat=False)
+
+    ref = [b.__key__ for b in epoch_loader()]
+    for cut in (len(ref) - 2, len(ref) - 1, len(ref)):
+        first = epoch_loader()
+        take(first, cut)
+        second = epoch_loader()
+        second.restore_state_rank(first.save_state_rank())
+        assert [b.__key__ for b in second] == ref[cut:]  # the rest of the pass (partial groups included)
+        assert [b.__key__ for b in second] == ref  # then a new pass
+
+
+def test_val_limit_with_grouping(prepared_root):
+    ds = ea.get_val_dataset(
+        prepared_root,
+        worker_config=ea.WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=None,
+        limit=2,
+        task_encoder=Grouped(),
+    )
+    ld = ea.get_loader(ds)
+    passes = [[b.__key__ for b in ld] for _ in range(2)]
+    assert len(passes[0]) == 2 and passes[0] == passes[1]
