@@ -18,6 +18,7 @@ import numpy as np
 
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded, LoaderError, MissingPartError
+from energon_arrow.loader.hooks import position_seeds
 from energon_arrow.loader.image_batch import image_column
 from energon_arrow.loader.image_slots import SlotAllocator
 from energon_arrow.loader.members import split_sample
@@ -28,11 +29,6 @@ from energon_arrow.samples.decoders import ImageDecode
 
 class _Fallback(Exception):
     """The columnar path cannot take this batch; build it sample by sample."""
-
-
-def position_seeds(seed: int, b: int, n: int) -> list[int]:
-    """The per-sample seeds of the n samples of global batch b (task-encoder reseeding, random image crops)."""
-    return (seed * 1_000_003 + b * 65_537 + np.arange(n, dtype=np.int64)).tolist()
 
 
 def sample_parts(src: SplitSource, row: int, view: memoryview) -> tuple[str, dict[str, memoryview]]:
@@ -122,7 +118,7 @@ class Assembler:
         """(batch or None when every sample was skipped, skipped count so far)."""
         owner, rows = plan
         seeds = position_seeds(self.settings.seed, b, len(rows))
-        if self.columnar and (owner == owner[0]).all():
+        if self.columnar and not self.hooks.stream and (owner == owner[0]).all():
             d = int(owner[0])
             try:
                 return columnar_batch(
@@ -131,13 +127,13 @@ class Assembler:
             except _Fallback:
                 self.slots.rollback()
         samples = []
-        for d, row, view, seed in zip(owner.tolist(), rows.tolist(), views, seeds):
+        for slot, (d, row, view, seed) in enumerate(zip(owner.tolist(), rows.tolist(), views, seeds)):
             src = self.sources[d]
             try:
                 key, parts = sample_parts(src, row, view)
                 shard = src.shard_paths[src.shard_id[row]]
                 sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]), row, seed)
-                samples.extend(self.hooks.sample(sample, seed, src))
+                samples.extend(self.hooks.sample(sample, b, slot, src))
             except (DecodeError, MissingPartError) as exc:
                 if not self.settings.skip_errors:
                     raise
@@ -147,4 +143,4 @@ class Assembler:
                         f"{skipped} samples skipped, over the error budget of {self.settings.error_budget}; "
                         f"last: {exc}"
                     ) from exc
-        return (self.hooks.batch(samples) if samples else None), skipped
+        return (self.hooks.batch(samples, b) if samples else None), skipped

@@ -91,7 +91,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = settings.global_batch_size // world_size
         self.decoder = decoder if decoder is not None else PartDecoder()
-        self.hooks = TaskHooks(task_encoder)
+        self.hooks = TaskHooks(task_encoder, settings.seed, self.local_batch_size)
         sizes = [len(s) for s in sources]
         if repetitions is not None:
             if weights is not None:

@@ -1,165 +1,86 @@
-"""Migration shims with megatron-energon's names: switch a training script by changing one import.
+"""energon 7.4's loading API with its names and arguments: switch a training script by changing one import.
 
-`get_train_dataset` / `get_val_dataset` accept energon's common arguments and return a `BatchDataset`;
-`get_loader` / `get_savable_loader` return a `Loader` yielding energon-shaped batches (a sample of the dataset's
-type whose fields are stacked tensors or lists, `__key__` a list of keys). Arguments energon has but energon-arrow
-does not implement raise a `LoaderError` naming them (nothing is silently ignored).
+`get_train_dataset` / `get_val_dataset` / `get_val_datasets` return `EnergonDataset`s (loader/energon_dataset.py);
+`get_loader` / `get_savable_loader` return `BasicLoader` / `SavableLoader` (loader/savable_loader.py). Task
+encoders live in loader/task_encoder.py, `WorkerConfig` in loader/worker_config.py; this module re-exports them.
+Every energon argument is accepted with energon's meaning, or accepted with no effect where our design makes it
+moot, or refused with a LoaderError naming it where it would change results and is not implemented (see
+loader/energon_args.py and docs/migration.md). Nothing is silently ignored.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
+from energon_arrow.loader.energon_args import (
+    apply_deprecated_kwargs,
+    check_cache_pool,
+    check_dataset_kwargs,
+    check_shuffle_over_epochs,
+    refuse_unknown,
+)
+from energon_arrow.loader.energon_dataset import EnergonDataset, build_dataset
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.metadataset_sources import OpenedSources, open_sources
-from energon_arrow.loader.ranks import distributed_rank_world
-from energon_arrow.samples.batch import batch_samples
-from energon_arrow.samples.cookers import Cooker
-from energon_arrow.samples.decoders import PartDecoder
-from energon_arrow.samples.stateless import stateless
+from energon_arrow.loader.savable_loader import BasicLoader, SavableLoader
+from energon_arrow.loader.source import SplitSource
+from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
+from energon_arrow.loader.worker_config import WorkerConfig
 
+#: energon's name of the savable loader class (for type hints and isinstance checks)
+SavableDataLoader = SavableLoader
 
-@dataclass
-class WorkerConfig:
-    """Rank, world size and DataLoader workers of this process (energon's WorkerConfig)."""
-
-    rank: int
-    world_size: int
-    num_workers: int
-    seed_offset: int = 0
-
-    @staticmethod
-    def default_worker_config(num_workers: int = 4) -> WorkerConfig:
-        rank, world = distributed_rank_world()
-        return WorkerConfig(rank=rank, world_size=world, num_workers=num_workers)
-
-
-def _convert(obj: Any, cls: type | None) -> Any:
-    if cls is None or isinstance(obj, cls):
-        return obj
-    if dataclasses.is_dataclass(obj):
-        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    elif isinstance(obj, dict):
-        fields = dict(obj)
-    else:
-        raise LoaderError(f"cannot convert {type(obj).__name__} to {cls.__name__}")
-    return fields if issubclass(cls, dict) else cls(**fields)
-
-
-class DefaultTaskEncoder:
-    """energon's DefaultTaskEncoder: identity encode, default batching, optional type conversion.
-
-    `decoder`: a `PartDecoder` (default: decode by extension) or None for raw bytes, as in energon.
-    `cookers`: `Cooker`s for CrudeWebdataset samples.
-    """
-
-    decoder: PartDecoder | None = PartDecoder()
-    cookers: Sequence[Cooker] = ()
-
-    def __init__(
-        self,
-        *,
-        encoded_sample_type: type | None = None,
-        raw_batch_type: type | None = None,
-        batch_type: type | None = None,
-    ):
-        self._encoded_sample_type = encoded_sample_type
-        self._raw_batch_type = raw_batch_type
-        self._batch_type = batch_type
-
-    def is_default_encoding(self) -> bool:
-        """True when encode_sample / batch / encode_batch are the defaults and convert nothing (the loader then
-        assembles batches column-wise, without per-sample objects)."""
-        cls = type(self)
-        return (
-            cls.encode_sample is DefaultTaskEncoder.encode_sample
-            and cls.batch is DefaultTaskEncoder.batch
-            and cls.encode_batch is DefaultTaskEncoder.encode_batch
-            and self._encoded_sample_type is None
-            and self._raw_batch_type is None
-            and self._batch_type is None
-        )
-
-    @stateless
-    def encode_sample(self, sample: Any) -> Any:
-        return _convert(sample, self._encoded_sample_type)
-
-    def batch(self, samples: list) -> Any:
-        return _convert(batch_samples(samples), self._raw_batch_type)
-
-    def encode_batch(self, batch: Any) -> Any:
-        return _convert(batch, self._batch_type)
-
-
-_UNSUPPORTED = {
-    "packing_buffer_size": "sample packing is not implemented",
-    "virtual_epoch_length": "epochs here are whole passes; use the loader's state to stop early",
-    "shuffle_over_epochs_multiplier": "the epoch order is a fresh global permutation every epoch",
-    "parallel_shard_iters": "reads are planned per batch, not per shard iterator",
-    "max_samples_per_sequence_random": "not implemented",
-    "cache_pool": "cache pools are not implemented; aux stores read directly",
-    "handler": "errors are handled by skip_errors / error_budget",
-    "checkpoint_every_sec": "not needed: the loader state is exact after every batch",
-    "checkpoint_every_min_n_samples": "not needed: the loader state is exact after every batch",
-    "n_checkpoints": "not needed: the loader state is exact after every batch",
-    "watchdog_timeout_seconds": "use timeout= (seconds a batch may take) instead",
-}
-
-
-def _refuse(kwargs: dict) -> None:
-    if kwargs:
-        reasons = "; ".join(f"{k}: {_UNSUPPORTED.get(k, 'unknown argument')}" for k in sorted(kwargs))
-        raise LoaderError(f"unsupported energon argument(s): {reasons}")
+__all__ = [
+    "AugmentTaskEncoder",
+    "BasicLoader",
+    "DefaultTaskEncoder",
+    "EnergonDataset",
+    "SavableDataLoader",
+    "SavableLoader",
+    "TaskEncoder",
+    "WorkerConfig",
+    "get_loader",
+    "get_savable_loader",
+    "get_train_dataset",
+    "get_val_dataset",
+    "get_val_datasets",
+]
 
 
 def _sources(path, split_part, subflavors, storage_options) -> OpenedSources:
     return open_sources(path, split_part, subflavors, storage_options)
 
 
-def _dataset(
-    path,
-    worker_config,
-    batch_size,
-    task_encoder,
-    split_part,
-    subflavors,
-    storage_options,
-    trust_remote_code,
-    settings: dict,
-    weights_used: bool,
-) -> BatchDataset:
-    if worker_config is None:
-        raise LoaderError("worker_config is required (WorkerConfig(rank, world_size, num_workers))")
-    if batch_size is None or batch_size < 1:
-        raise LoaderError(f"batch_size must be a positive integer, got {batch_size!r}")
-    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
-    decoder = getattr(te, "decoder", PartDecoder())
-    if decoder is not None and not isinstance(decoder, PartDecoder):
-        raise LoaderError(
-            f"task_encoder.decoder must be an energon_arrow PartDecoder or None, got {decoder!r}"
+class _Request:
+    """The checked arguments of one get_*_dataset call: task encoder, deprecated handler, our own options."""
+
+    def __init__(self, task_encoder, kwargs: dict, function: str):
+        self.te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+        self.handler = apply_deprecated_kwargs(kwargs, self.te)
+        check_dataset_kwargs(kwargs, function)
+        self.subflavors = kwargs.pop("subflavors", None)
+        self.storage_options = kwargs.pop("storage_options", None)
+        self.trust_remote_code = kwargs.pop("trust_remote_code", False)
+        self.sample_type = kwargs.pop("sample_type", None)
+        self.errors = {
+            "skip_errors": kwargs.pop("skip_errors", False),
+            "error_budget": kwargs.pop("error_budget", 100),
+        }
+        refuse_unknown(kwargs, function)
+
+    def sources(self, path, split_part: str) -> OpenedSources:
+        return _sources(path, split_part, self.subflavors, self.storage_options)
+
+    def build(self, sources, settings: dict, **kw) -> EnergonDataset:
+        return build_dataset(
+            sources,
+            task_encoder=self.te,
+            settings={**settings, **self.errors},
+            trust_remote_code=self.trust_remote_code,
+            sample_type=self.sample_type,
+            error_handler=self.handler,
+            **kw,
         )
-    opened = _sources(path, split_part, subflavors, storage_options)
-    ds = BatchDataset(
-        opened.sources,
-        LoaderSettings(
-            global_batch_size=batch_size * worker_config.world_size,
-            seed=worker_config.seed_offset,
-            **settings,
-        ),
-        rank=worker_config.rank,
-        world_size=worker_config.world_size,
-        **opened.dataset_arguments(training=weights_used, repeat=settings["repeat"]),
-        decoder=decoder if decoder is not None else PartDecoder(raw=True),
-        task_encoder=te,
-        trust_remote_code=trust_remote_code,
-    )
-    ds.worker_config = worker_config
-    return ds
 
 
 def get_train_dataset(
@@ -169,40 +90,54 @@ def get_train_dataset(
     worker_config: WorkerConfig | None = None,
     batch_size: int | None = None,
     batch_drop_last: bool = False,
+    packing_buffer_size: int | None = None,
     shuffle_buffer_size: int | None = None,
     max_samples_per_sequence: int | None = None,
-    task_encoder: Any = None,
+    virtual_epoch_length: int = 0,
+    shuffle_over_epochs_multiplier: int | None = 1,
+    task_encoder: TaskEncoder | None = None,
     repeat: bool = True,
-    subflavors: dict | None = None,
-    storage_options: dict | None = None,
-    trust_remote_code: bool = False,
-    skip_errors: bool = False,
-    error_budget: int = 100,
-    **unsupported,
-) -> BatchDataset:
-    """Shuffled training batches (energon's get_train_dataset). `max_samples_per_sequence` is the number of
-    consecutive samples of a shard kept together (default 16); `shuffle_buffer_size` the shuffle window."""
-    _refuse(unsupported)
+    **kwargs,
+) -> EnergonDataset:
+    """Shuffled training batches (energon's get_train_dataset, same arguments and meaning).
+
+    `batch_size=None`: unbatched, the loader yields single encoded samples. `max_samples_per_sequence`: number of
+    consecutive samples of a shard kept together (default 16); `shuffle_buffer_size`: the shuffle window.
+    `virtual_epoch_length > 0`: each iteration of the loader yields that many batches and the next continues.
+    Also: `subflavors`, `sample_type` (checked against the dataset's), energon's deprecated decoder arguments
+    and `handler`, the no-effect arguments of loader/energon_args.py, and ours: `storage_options`,
+    `trust_remote_code`, `skip_errors`, `error_budget`."""
+    kwargs["packing_buffer_size"] = packing_buffer_size
+    check_shuffle_over_epochs(shuffle_over_epochs_multiplier, "get_train_dataset")
+    req = _Request(task_encoder, kwargs, "get_train_dataset")
+    opened = req.sources(path, split_part)
     settings = dict(
         shuffle=True,
         repeat=repeat,
         block_size=max_samples_per_sequence or 16,
         shuffle_buffer=shuffle_buffer_size or 0,
-        drop_last=batch_drop_last,
-        skip_errors=skip_errors,
-        error_budget=error_budget,
     )
-    return _dataset(
-        path,
-        worker_config,
-        batch_size,
-        task_encoder,
-        split_part,
-        subflavors,
-        storage_options,
-        trust_remote_code,
+    return req.build(
+        opened.sources,
         settings,
-        weights_used=True,
+        mode="train",
+        worker_config=worker_config,
+        batch_size=batch_size,
+        batch_drop_last=batch_drop_last,
+        virtual_epoch_length=virtual_epoch_length,
+        **opened.dataset_arguments(training=True, repeat=repeat),
+    )
+
+
+def _val(req: _Request, sources, worker_config, batch_size, batch_drop_last, limit) -> EnergonDataset:
+    return req.build(
+        sources,
+        dict(shuffle=False, repeat=False),
+        mode="val",
+        worker_config=worker_config,
+        batch_size=batch_size,
+        batch_drop_last=batch_drop_last,
+        limit=limit,
     )
 
 
@@ -213,75 +148,93 @@ def get_val_dataset(
     worker_config: WorkerConfig | None = None,
     batch_size: int | None = None,
     batch_drop_last: bool = False,
-    task_encoder: Any = None,
-    subflavors: dict | None = None,
-    storage_options: dict | None = None,
-    trust_remote_code: bool = False,
-    skip_errors: bool = False,
-    error_budget: int = 100,
-    **unsupported,
-) -> BatchDataset:
-    """Every sample of the split exactly once, in order, sharded across ranks (energon's get_val_dataset)."""
-    _refuse(unsupported)
-    settings = dict(
-        shuffle=False,
-        repeat=False,
-        drop_last=batch_drop_last,
-        skip_errors=skip_errors,
-        error_budget=error_budget,
-    )
-    return _dataset(
-        path,
-        worker_config,
-        batch_size,
-        task_encoder,
-        split_part,
-        subflavors,
-        storage_options,
-        trust_remote_code,
-        settings,
-        weights_used=False,
-    )
+    packing_buffer_size: int | None = None,
+    limit: int | None = None,
+    task_encoder: TaskEncoder | None = None,
+    **kwargs,
+) -> EnergonDataset:
+    """Every sample of the split once per pass, in order, sharded across ranks (energon's get_val_dataset).
+    `limit`: at most that many batches per rank and pass (each pass starts over)."""
+    kwargs["packing_buffer_size"] = packing_buffer_size
+    req = _Request(task_encoder, kwargs, "get_val_dataset")
+    sources = req.sources(path, split_part).sources
+    return _val(req, sources, worker_config, batch_size, batch_drop_last, limit)
 
 
-class SavableLoader(Loader):
-    """energon's savable loader: `save_state_rank()` / `restore_state_rank(state)` on top of `state_dict()`."""
+def get_val_datasets(
+    path,
+    *,
+    split_part: str = "val",
+    worker_config: WorkerConfig | None = None,
+    batch_size: int | None = None,
+    batch_drop_last: bool = False,
+    packing_buffer_size: int | None = None,
+    limit: int | None = None,
+    task_encoder: TaskEncoder | None = None,
+    **kwargs,
+) -> list[tuple[EnergonDataset, SplitSource]]:
+    """One val dataset per dataset of a metadataset (energon's get_val_datasets): [(dataset, its source)]."""
+    kwargs["packing_buffer_size"] = packing_buffer_size
+    req = _Request(task_encoder, kwargs, "get_val_datasets")
+    sources = req.sources(path, split_part).sources
+    return [(_val(req, [src], worker_config, batch_size, batch_drop_last, limit), src) for src in sources]
 
-    def save_state_rank(self) -> dict:
-        return self.state_dict()
 
-    def restore_state_rank(self, state: dict | None) -> None:
-        if state is not None:
-            self.load_state_dict(state)
-
-
-def _loader(cls, dataset: BatchDataset, worker_config, prefetch_factor, timeout, unsupported) -> Loader:
-    _refuse(unsupported)
-    wc = worker_config or getattr(dataset, "worker_config", None)
-    if wc is None:
-        raise LoaderError("worker_config is required")
-    return cls(
-        dataset, num_workers=wc.num_workers, prefetch_factor=prefetch_factor, device="cpu", timeout=timeout
-    )
+def _check_loader_worker_config(dataset, worker_config, function: str) -> None:
+    if worker_config is not None and worker_config != getattr(dataset, "worker_config", None):
+        raise LoaderError(
+            f"{function}: the worker_config passed does not match the dataset's (pass it to the dataset only)"
+        )
 
 
 def get_loader(
-    dataset: BatchDataset,
+    dataset: EnergonDataset,
     *,
     worker_config: WorkerConfig | None = None,
     prefetch_factor: int = 2,
+    cache_pool: Any = None,
+    watchdog_timeout_seconds: float | None = 60,
+    watchdog_initial_timeout_seconds: float | None = None,
+    fail_on_timeout: bool = False,
     timeout: float = 0,
-    **unsupported,
-) -> Loader:
-    return _loader(Loader, dataset, worker_config, prefetch_factor, timeout, unsupported)
+) -> BasicLoader:
+    """A loader over `dataset` (energon's get_loader). `timeout` (ours): seconds a worker may take per batch."""
+    _check_loader_worker_config(dataset, worker_config, "get_loader")
+    check_cache_pool(cache_pool, "get_loader")
+    return BasicLoader(
+        dataset,
+        prefetch_factor=prefetch_factor,
+        timeout=timeout,
+        watchdog_timeout_seconds=watchdog_timeout_seconds,
+        watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
+        fail_on_timeout=fail_on_timeout,
+    )
 
 
 def get_savable_loader(
-    dataset: BatchDataset,
+    dataset: EnergonDataset,
     *,
     worker_config: WorkerConfig | None = None,
+    checkpoint_every_sec: float = 60,
+    checkpoint_every_min_n_samples: int | None = None,
+    n_checkpoints: int | None = None,
+    gc_collect_every_n_steps: int = 10,
     prefetch_factor: int = 2,
+    cache_pool: Any = None,
+    watchdog_timeout_seconds: float | None = 60,
+    watchdog_initial_timeout_seconds: float | None = None,
+    fail_on_timeout: bool = False,
     timeout: float = 0,
-    **unsupported,
 ) -> SavableLoader:
-    return _loader(SavableLoader, dataset, worker_config, prefetch_factor, timeout, unsupported)
+    """A loader whose position can be saved and restored (energon's get_savable_loader). The checkpoint and gc
+    arguments are accepted with no effect: the state is exact after every batch (docs/migration.md)."""
+    _check_loader_worker_config(dataset, worker_config, "get_savable_loader")
+    check_cache_pool(cache_pool, "get_savable_loader")
+    return SavableLoader(
+        dataset,
+        prefetch_factor=prefetch_factor,
+        timeout=timeout,
+        watchdog_timeout_seconds=watchdog_timeout_seconds,
+        watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
+        fail_on_timeout=fail_on_timeout,
+    )

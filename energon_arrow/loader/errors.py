@@ -28,3 +28,8 @@ class MissingPartError(LoaderError):
 
 class ErrorBudgetExceeded(LoaderError):
     """More samples failed than the configured error budget allows."""
+
+
+class FatalSampleError(LoaderError):
+    """A task-encoder hook failed too many times in a row (its failure tolerance), or with a system exception:
+    the code or the dataset is broken (energon's FatalSampleError; never passed to the error handler)."""

@@ -1,35 +1,83 @@
-"""The task-encoder steps the loader calls, with energon's names: cook, encode_sample, batch, encode_batch.
+"""The task-encoder hooks the loader calls, in energon 7.4's order and with its error contract.
 
-`SkipSample` raised by any step drops the sample (or the batch) silently. Functions marked
-`@stateless(restore_seeds=True)` are called with `random`, numpy and torch seeded from (seed,
-batch, slot), so a resumed run reproduces their randomness; `@stateless(failure_tolerance=N)` functions may fail
-N times (the sample is skipped and logged) before the N+1st failure is raised.
+Per sample (in the workers): cook_crude_sample (crude samples) -> preencode_sample or encode_sample (whichever is
+overridden) -> postencode_sample (when overridden). Per batch: batch -> encode_batch (when overridden). Hooks may
+be generators (all outputs are kept, in order) and may raise SkipSample (the sample or batch is dropped).
+
+Errors, as energon's ErrorContext: any other exception of a hook goes to `worker_config.global_error_handler`
+(exception, sample, sources) and the sample / batch is skipped; after `get_failure_tolerance(hook,
+task_encoder.__default_failure_tolerance__)` failures of that hook in a row (0: never) a FatalSampleError is
+raised; system exceptions (ImportError, MemoryError, NameError, ...) are fatal at once.
+
+Functions marked `@stateless(restore_seeds=True)` are called with `random`, numpy and torch seeded from (loader
+seed, batch, slot) and the caller's random state restored afterwards, so a resumed run reproduces their
+randomness. While a hook runs, `WorkerConfig.active_worker_config` is set and `current_batch_index` /
+`current_sample_index` give the batch's index on this rank and the sample's position in the rank's stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-import logging
 import random
+from types import MethodType
 from typing import Any
 
 import numpy as np
 import torch
 
-from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.errors import FatalSampleError, LoaderError
 from energon_arrow.loader.source import SplitSource
+from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
+from energon_arrow.loader.worker_config import WorkerConfig
 from energon_arrow.samples.batch import batch_samples
 from energon_arrow.samples.cookers import get_cooker_need_cache, get_cooker_need_primary, select_cooker
-from energon_arrow.samples.errors import SkipSample
+from energon_arrow.samples.errors import SkipSample, describe_sample
 from energon_arrow.samples.stateless import get_failure_tolerance
 
-log = logging.getLogger(__name__)
-_FAILED = object()
+# exceptions energon never hands to the error handler: they mean the code, not the sample, is broken
+SYSTEM_EXCEPTIONS = (
+    SystemError,
+    SyntaxError,
+    ImportError,
+    StopIteration,
+    StopAsyncIteration,
+    MemoryError,
+    RecursionError,
+    ReferenceError,
+    NameError,
+    UnboundLocalError,
+    FatalSampleError,
+)
 
 
-def _key_of(sample: Any) -> Any:
-    return sample.get("__key__") if isinstance(sample, dict) else getattr(sample, "__key__", None)
+def sources_of(sample: Any) -> list | None:
+    """A sample's (or batch's) `__sources__` as a list, None when it has none."""
+    src = sample.get("__sources__") if isinstance(sample, dict) else getattr(sample, "__sources__", None)
+    if src is None and isinstance(sample, list):
+        src = [s for item in sample for s in (sources_of(item) or ())] or None
+    return list(src) if src is not None else None
+
+
+class ErrorCounter:
+    """Consecutive failures of one hook (energon's ErrorContext): handler per failure, fatal at `tolerance`."""
+
+    def __init__(self, name: str, tolerance: int):
+        self.name, self.tolerance, self.in_a_row = name, tolerance, 0
+
+    def failed(self, exc: Exception, sample: Any, handler) -> None:
+        if isinstance(exc, SYSTEM_EXCEPTIONS):
+            raise FatalSampleError(
+                f"{self.name} failed on {describe_sample(sample)} with a system exception: {exc!r}"
+            ) from exc
+        handler(exc, sample, sources_of(sample))
+        self.in_a_row += 1
+        if self.tolerance > 0 and self.in_a_row >= self.tolerance:
+            raise FatalSampleError(
+                f"{self.name} failed {self.in_a_row} times in a row (failure_tolerance={self.tolerance}); "
+                f"last on {describe_sample(sample)}: {exc!r}. Likely your code or dataset are broken."
+            ) from exc
 
 
 @functools.lru_cache(maxsize=256)
@@ -58,22 +106,114 @@ def cook_kwargs(cook, source: SplitSource) -> dict:
     return kwargs
 
 
+_SEED_STRIDE, _BATCH_STRIDE = 1_000_003, 65_537
+
+
+def position_seeds(seed: int, b: int, n: int) -> list[int]:
+    """The per-sample seeds of the n samples of batch b (task-encoder reseeding, random image crops)."""
+    return (seed * _SEED_STRIDE + b * _BATCH_STRIDE + np.arange(n, dtype=np.int64)).tolist()
+
+
+@contextlib.contextmanager
+def _seeded(seed: int, enabled: bool):
+    """Seed random / numpy / torch from `seed` for the call, then put the caller's random state back."""
+    if not enabled:
+        yield
+        return
+    saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    random.seed(seed)
+    np.random.seed(seed & 0xFFFFFFFF)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.random.set_rng_state(saved[2])
+
+
+def _outputs(result: Any) -> list:
+    """A hook's result as a list of outputs (a generator gives all it yields)."""
+    if inspect.isgenerator(result):
+        return list(result)
+    return [result]
+
+
 class TaskHooks:
-    """The task-encoder steps the loader calls (energon's names): cook, encode_sample, batch, encode_batch."""
+    """Calls a task encoder's hooks for the loader (see the module docstring)."""
 
-    def __init__(self, task_encoder: Any = None):
+    def __init__(self, task_encoder: Any = None, seed: int = 0, local_batch_size: int = 1):
         self.te = task_encoder
+        self.seed, self.local_batch_size = int(seed), int(local_batch_size)
+        self.worker_config = WorkerConfig(rank=0, world_size=1, num_workers=0)
         self.cookers = list(getattr(task_encoder, "cookers", ()) or ())
-        self.failures: dict[str, int] = {}
-        self.is_default = task_encoder is None or bool(
-            getattr(task_encoder, "is_default_encoding", lambda: False)()
+        self.stream = (
+            False  # True: workers return the encoded samples; batches are formed by loader/regroup.py
         )
+        self.batched = True  # False: batch_size=None, samples are yielded one by one
+        te = task_encoder
+        self.is_default = te is None or bool(getattr(te, "is_default_encoding", lambda: False)())
+        self.pre = self.post = self.encode_batch_fn = None
+        self.group_fn = None
+        if te is not None:
+            self.pre, self.post = _encode_fns(te)
+            if _overridden(te, "encode_batch"):
+                self.encode_batch_fn = te.encode_batch
+            if _overridden(te, "batch_group_criterion"):
+                self.group_fn = te.batch_group_criterion
+                if inspect.isgeneratorfunction(te.batch):
+                    raise LoaderError(
+                        f"{type(te).__name__}.batch is a generator, which batch_group_criterion does not support"
+                    )
+        default_tolerance = getattr(te, "__default_failure_tolerance__", None)
+        self._counters: dict[str, ErrorCounter] = {}
+        self._tolerance = lambda fn: get_failure_tolerance(fn, default_tolerance)
 
-    def sample(self, sample: Any, position_seed: int, source: SplitSource) -> list:
-        if isinstance(sample, dict) and self.te is None:
-            raise LoaderError(f"{source.name}: CrudeWebdataset needs a task encoder with cookers")
-        if self.te is None:
+    @property
+    def generates(self) -> bool:
+        """Whether a hook may turn one sample (or batch) into several: then batches need regrouping."""
+        fns = (self.pre, self.post, getattr(self.te, "batch", None), self.encode_batch_fn)
+        return any(f is not None and inspect.isgeneratorfunction(f) for f in fns)
+
+    # ---- calling one hook --------------------------------------------------------------------------------
+    def _call(
+        self, name: str, fn, arg: Any, seed: int, index: tuple[int, int], restore: Any = None, **kwargs
+    ) -> list:
+        """The outputs of `fn(arg)`; [] when it skipped or failed (failures counted as energon does)."""
+        counter = self._counters.get(name)
+        if counter is None:
+            counter = self._counters[name] = ErrorCounter(name, self._tolerance(_marked(fn)))
+        outer = WorkerConfig.active_worker_config, WorkerConfig.index_override
+        WorkerConfig.active_worker_config = self.worker_config
+        WorkerConfig.index_override = index
+        try:
+            with _seeded(seed, getattr(_marked(restore or fn), "__restore_seeds__", False)):
+                out = _outputs(fn(arg, **kwargs))
+        except SkipSample:
+            return []
+        except LoaderError:
+            raise  # a configuration error of ours, not a bad sample
+        except Exception as exc:
+            counter.failed(exc, arg, self.worker_config.global_error_handler)
+            return []
+        finally:
+            WorkerConfig.active_worker_config, WorkerConfig.index_override = outer
+        counter.in_a_row = 0
+        return out
+
+    def sample_seed(self, b: int, slot: int) -> int:
+        return self.seed * _SEED_STRIDE + b * _BATCH_STRIDE + slot
+
+    # ---- per sample --------------------------------------------------------------------------------------
+    def sample(self, sample: Any, b: int, slot: int, source: SplitSource) -> list:
+        """The encoded samples made from `sample`, the `slot`-th sample of this rank's slice of batch `b`."""
+        te = self.te
+        if te is None:
+            if isinstance(sample, dict):
+                raise LoaderError(f"{source.name}: CrudeWebdataset needs a task encoder with cookers")
             return [sample]
+        seed, index = self.sample_seed(b, slot), (b, b * self.local_batch_size + slot)
+        samples = [sample]
         if isinstance(sample, dict):
             if not self.cookers:
                 raise LoaderError(
@@ -82,52 +222,80 @@ class TaskHooks:
             cooker = select_cooker(
                 self.cookers, sample.get("__subflavors__"), f"{source.name} {sample['__key__']!r}"
             )
-            sample = self._call(cooker.cook, sample, position_seed, **cook_kwargs(cooker.cook, source))
-            if sample is _FAILED:
-                return []
-        out = self._call(self.te.encode_sample, sample, position_seed)
-        if out is None or out is _FAILED:
-            return []
-        if hasattr(out, "__next__"):
-            return list(out)
-        return [out]
+            aux = cook_kwargs(cooker.cook, source)
+            cook = getattr(te, "cook_crude_sample", None)
+            if cook is None:
+                samples = self._call("cook", cooker.cook, sample, seed, index, **aux)
+            else:
+                samples = self._call(
+                    "cook_crude_sample",
+                    cook,
+                    sample,
+                    seed,
+                    index,
+                    restore=cooker.cook,
+                    cooker=cooker,
+                    aux=aux,
+                )
+        for name, fn in (("encode_sample", self.pre), ("postencode_sample", self.post)):
+            if fn is not None:
+                samples = [out for s in samples for out in self._call(name, fn, s, seed, index)]
+        return samples
 
-    def _call(self, fn, sample: Any, position_seed: int, **kwargs) -> Any:
-        """Call a @stateless function: reseed first with restore_seeds, tolerate failure_tolerance failures."""
-        if getattr(fn, "__restore_seeds__", False):
-            random.seed(position_seed)
-            np.random.seed(position_seed & 0xFFFFFFFF)
-            torch.manual_seed(position_seed)
-        tolerance = get_failure_tolerance(fn)
-        try:
-            return fn(sample, **kwargs)
-        except SkipSample:
-            return _FAILED
-        except Exception as exc:
-            if not tolerance:
-                raise
-            name = getattr(fn, "__qualname__", repr(fn))
-            self.failures[name] = self.failures.get(name, 0) + 1
-            if self.failures[name] > tolerance:
-                raise LoaderError(
-                    f"{name} failed {self.failures[name]} times (failure_tolerance={tolerance}); last on sample "
-                    f"{_key_of(sample)!r}: {exc!r}"
-                ) from exc
-            log.warning(
-                "%s failed on sample %r (%d/%d tolerated): %r",
-                name,
-                _key_of(sample),
-                self.failures[name],
-                tolerance,
-                exc,
-            )
-            return _FAILED
+    # ---- per batch ---------------------------------------------------------------------------------------
+    def batch(self, samples: list, b: int = 0) -> Any:
+        """Non-stream mode: the batch of `samples` (batch index b), or None when it was skipped."""
+        if self.stream:
+            return samples
+        out = self.batches(samples, b)
+        return out[0] if out else None
 
-    def batch(self, samples: list) -> Any:
-        """The batch of `samples`, or None when the task encoder raised SkipSample for it."""
+    def batches(self, samples: list, b: int) -> list:
+        """The outputs of batch + encode_batch for `samples`, the b-th batch of this rank ([] when skipped)."""
         if self.te is None:
-            return batch_samples(samples)
-        try:
-            return self.te.encode_batch(self.te.batch(samples))
-        except SkipSample:
-            return None
+            return [batch_samples(samples)]
+        seed = self.sample_seed(b, 0) ^ 0x5EED
+        out = self._call("batch", self.te.batch, samples, seed, (b, b))
+        if self.encode_batch_fn is not None:
+            out = [r for o in out for r in self._call("encode_batch", self.encode_batch_fn, o, seed, (b, b))]
+        return out
+
+    def group_of(self, sample: Any, b: int) -> list:
+        """[(group key, batch size)] of a sample, [] when batch_group_criterion skipped / failed on it."""
+        return self._call("batch_group_criterion", self.group_fn, sample, 0, (b, b))
+
+
+def _marked(fn):
+    """The function whose @stateless marks apply to `fn`: for AugmentTaskEncoder's own delegating methods, the
+    wrapped task encoder's method (energon's seeding wrapper sits on the wrapped method)."""
+    while isinstance(fn, MethodType) and isinstance(fn.__self__, AugmentTaskEncoder):
+        if getattr(AugmentTaskEncoder, fn.__name__, None) is not fn.__func__:
+            break
+        fn = getattr(fn.__self__._task_encoder, fn.__name__)
+    return fn
+
+
+def _overridden(te: Any, name: str, bases: tuple = (TaskEncoder,)) -> bool:
+    fn = getattr(te, name, None)
+    if fn is None:
+        return False
+    if not isinstance(te, TaskEncoder):
+        return True
+    return te._is_overridden(fn, bases)
+
+
+def _encode_fns(te: Any) -> tuple[Any, Any]:
+    """(the pre-batching encode hook or None, postencode_sample or None), as energon picks them."""
+    if _overridden(te, "preencode_sample"):
+        if _overridden(te, "encode_sample", (TaskEncoder, DefaultTaskEncoder)):
+            raise LoaderError(
+                f"{type(te).__name__} defines both preencode_sample and encode_sample; define either "
+                "encode_sample, or preencode_sample (+ postencode_sample)"
+            )
+        pre = te.preencode_sample
+    elif _overridden(te, "encode_sample"):
+        pre = te.encode_sample
+    else:
+        pre = None
+    post = te.postencode_sample if _overridden(te, "postencode_sample") else None
+    return pre, post

@@ -46,11 +46,12 @@ def _rank_main(rank: int, port: int, root: str, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_two_gloo_ranks(prepared_root, tmp_path):
+def run_two_ranks(target, root: str, tmp_path) -> list:
+    """Run target(rank, port, root, out) in two forked processes; the JSON that rank 0 wrote to `out`."""
     out = str(tmp_path / "result.json")
     port = _free_port()
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(r, port, prepared_root, out)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, port, root, out)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
@@ -60,7 +61,11 @@ def test_two_gloo_ranks(prepared_root, tmp_path):
             p.kill()
     assert [p.exitcode for p in procs] == [0, 0]
     with open(out) as f:
-        r0, r1 = json.load(f)
+        return json.load(f)
+
+
+def test_two_gloo_ranks(prepared_root, tmp_path):
+    r0, r1 = run_two_ranks(_rank_main, prepared_root, tmp_path)
     assert (r0["rank"], r0["world"], r1["rank"], r1["world"]) == (0, 2, 1, 2)
     # the global batch (6) of a single process equals rank 0's slice followed by rank 1's
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)

@@ -1,0 +1,115 @@
+"""energon 7.4's dataset / loader arguments that are not plain settings: what each means here.
+
+- accepted, no effect in this design (documented in docs/migration.md, never changing results):
+  `parallel_shard_iters`, `checkpoint_every_sec`, `checkpoint_every_min_n_samples`, `n_checkpoints`,
+  `gc_collect_every_n_steps`, the default `dataset_config` / `split_config` file names;
+- refused with a LoaderError naming the argument when set to a value that would change results and that is not
+  implemented: `packing_buffer_size` (issue 13), `shuffle_over_epochs_multiplier` other than 1 / None, a
+  `cache_pool`, other `dataset_config` / `split_config` files, `subset=` (use a metadataset's `subset:`);
+- energon's deprecated decoder arguments (`auto_decode`, `image_decode`, `av_decode`, `video_decode_audio`)
+  set the task encoder's decoder exactly as energon does; the deprecated `handler` is used as the error handler
+  of this dataset's task-encoder hooks (energon 7.4.1 warns and ignores it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.samples.decoders import SampleDecoder
+
+# argument -> (energon's default, why it has no effect here); any value is accepted
+NO_EFFECT = {
+    "parallel_shard_iters": "reads are planned per batch over the whole split, not per open shard iterator",
+    "checkpoint_every_sec": "the loader state is exact after every batch; there are no internal checkpoints",
+    "checkpoint_every_min_n_samples": "the loader state is exact after every batch",
+    "n_checkpoints": "the loader state is exact after every batch",
+    "gc_collect_every_n_steps": "the collector is not run on a schedule (gc.freeze() before forking workers)",
+}
+DEFAULT_CONFIG_FILES = {"dataset_config": "dataset.yaml", "split_config": "split.yaml"}
+DECODER_KWARGS = ("image_decode", "av_decode", "video_decode_audio")
+
+
+def refuse_unknown(kwargs: dict, function: str) -> None:
+    if kwargs:
+        raise LoaderError(f"{function}: unknown argument(s) {sorted(kwargs)} (not energon 7.4 arguments)")
+
+
+def check_dataset_kwargs(kwargs: dict, function: str) -> None:
+    """Pop and check the energon kwargs of get_train_dataset / get_val_dataset that have no setting here."""
+    for name in list(kwargs):
+        if name in NO_EFFECT:
+            kwargs.pop(name)
+    for name, default in DEFAULT_CONFIG_FILES.items():
+        value = kwargs.pop(name, None)
+        if value is not None and value != default:
+            raise LoaderError(
+                f"{function}: {name}={value!r} is not supported: energon-arrow reads .nv-meta/{default}"
+            )
+    if kwargs.pop("subset", None) is not None:
+        raise LoaderError(
+            f"{function}: subset= is not supported here; give the subset in a metadataset (subset:)"
+        )
+    refuse_packing(kwargs.pop("packing_buffer_size", None), function)
+
+
+def refuse_packing(packing_buffer_size: Any, function: str) -> None:
+    if packing_buffer_size is not None:
+        raise LoaderError(
+            f"{function}: packing_buffer_size={packing_buffer_size!r}: sample packing is not supported yet "
+            "(issue 13); select_samples_to_pack / pack_selected_samples may be declared but are not called"
+        )
+
+
+def check_shuffle_over_epochs(multiplier: Any, function: str) -> None:
+    if multiplier not in (1, None):
+        raise LoaderError(
+            f"{function}: shuffle_over_epochs_multiplier={multiplier!r} is not supported: every epoch is one "
+            "fresh permutation of all samples (the energon default, 1)"
+        )
+
+
+def check_cache_pool(cache_pool: Any, function: str) -> None:
+    if cache_pool is not None:
+        raise LoaderError(
+            f"{function}: cache_pool={cache_pool!r} is not supported: cache pools are not implemented (aux data "
+            "is read straight from storage)"
+        )
+
+
+def apply_deprecated_kwargs(kwargs: dict, task_encoder: Any) -> Any:
+    """Apply energon's deprecated decoder arguments to `task_encoder.decoder` (as energon does) and return the
+    deprecated `handler` (None when not given)."""
+    from energon_arrow.loader.task_encoder import TaskEncoder
+
+    handler = kwargs.pop("handler", None)
+    if handler is not None:
+        warnings.warn(
+            "get_*_dataset(handler=...) is deprecated in energon; set worker_config.global_error_handler",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    auto_decode = kwargs.pop("auto_decode", True)
+    decoder_kwargs = {k: kwargs.pop(k) for k in DECODER_KWARGS if k in kwargs}
+    if not auto_decode:
+        task_encoder.decoder = None
+        return handler
+    if not decoder_kwargs:
+        return handler
+    warnings.warn(
+        f"decoder arguments {sorted(decoder_kwargs)} are deprecated in energon; set the task encoder's decoder",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    new = SampleDecoder(**decoder_kwargs)
+    current = getattr(task_encoder, "decoder", None)
+    if current is not None and current is not TaskEncoder.decoder:
+        if current.config() == new.config():
+            return handler
+        raise LoaderError(
+            "the task encoder already has a different decoder; set the decoder options on it, not as "
+            f"arguments {sorted(decoder_kwargs)}"
+        )
+    task_encoder.decoder = new
+    return handler

@@ -1,0 +1,96 @@
+"""`len()` of energon's datasets and loaders, as energon 7.4 computes it: pure integer arithmetic.
+
+energon splits each dataset's N samples over the W = max(1, num_workers) * world_size global workers (N // W
+each, the N % W remainder going to the workers picked by a generalized bit-reversal order, rotated by the samples
+of the datasets before it), and a rank's length is the sum over its workers of what each worker's pipeline yields:
+ceil (floor with drop_last) of its samples over the batch size, its samples when unbatched or grouped (energon's
+upper bound), `virtual_epoch_length` split over the workers when set, `min(limit, ...)` for a val limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def bit_reversal_order(n: int) -> list[int]:
+    """0..n-1 in generalized bit-reversal order: halve, order each half the same way, interleave the halves
+    (for n = 8: 0 4 2 6 1 5 3 7)."""
+
+    def order(items: list[int]) -> list[int]:
+        if len(items) <= 2:
+            return items
+        mid = len(items) // 2
+        left, right = order(items[:mid]), order(items[mid:])
+        out = []
+        for i in range(len(right)):
+            if i < len(left):
+                out.append(left[i])
+            out.append(right[i])
+        return out
+
+    return order(list(range(n)))
+
+
+def worker_sample_counts(
+    total: int, rank: int, world_size: int, num_workers: int, rotation_offset: int = 0
+) -> list[int]:
+    """Samples of a `total`-sample dataset that each worker of `rank` iterates (energon's sharder split)."""
+    per_rank = max(1, num_workers)
+    global_workers = per_rank * world_size
+    base, extra = divmod(int(total), global_workers)
+    linear = [
+        base + (1 if (w - rotation_offset) % global_workers < extra else 0) for w in range(global_workers)
+    ]
+    counts = [0] * global_workers
+    for old, new in enumerate(bit_reversal_order(global_workers)):
+        counts[new] = linear[old]
+    return counts[rank * per_rank : (rank + 1) * per_rank]
+
+
+def rotation_offsets(sizes: Sequence[int], world_size: int, num_workers: int) -> list[int]:
+    """The worker rotation of each dataset: the samples of the datasets before it, modulo the global workers."""
+    global_workers = max(1, num_workers) * world_size
+    out, acc = [], 0
+    for n in sizes:
+        out.append(acc % global_workers)
+        acc += int(n)
+    return out
+
+
+def batches(samples: int, batch_size: int | None, drop_last: bool, grouped: bool) -> int:
+    """What one worker yields from `samples` samples."""
+    if batch_size is None or grouped:
+        return samples
+    return samples // batch_size if drop_last else -(-samples // batch_size)
+
+
+def energon_length(
+    sizes: Sequence[int],
+    *,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    batch_size: int | None,
+    drop_last: bool = False,
+    grouped: bool = False,
+    repetitions: Sequence[float] | None = None,
+    virtual_epoch_length: int = 0,
+    limit: int | None = None,
+) -> int:
+    """len() of energon's dataset (and of its loaders) on `rank` over datasets of `sizes` samples.
+
+    `repetitions`: blend_epochized repetitions per dataset (None: each dataset counted once, as for a single
+    dataset, a weighted blend or concatenated val datasets)."""
+    if virtual_epoch_length > 0:  # energon splits the virtual epoch over the workers: they sum up to it
+        return int(virtual_epoch_length)
+    workers = max(1, num_workers)
+    per_worker = [0.0] * workers
+    for d, (n, rot) in enumerate(zip(sizes, rotation_offsets(sizes, world_size, num_workers))):
+        counts = worker_sample_counts(n, rank, world_size, num_workers, rot)
+        r = 1 if repetitions is None else repetitions[d]
+        for w in range(workers):
+            per_worker[w] += counts[w] if r == 1 else int(counts[w] * r)
+    total = sum(batches(int(n), batch_size, drop_last, grouped) for n in per_worker)
+    if limit is not None and limit > 0:
+        total = min(limit, total)
+    return total

@@ -1,0 +1,197 @@
+"""The loaders `get_loader` / `get_savable_loader` return, with energon 7.4's behaviour on top of `Loader`.
+
+- `len()` is the dataset's (see EnergonDataset.__len__);
+- stream mode (grouped batches, generator hooks, `batch_size=None`): batches are formed by loader/regroup.py;
+- `virtual_epoch_length > 0`: each `iter()` yields that many batches, the next continues the stream (energon's
+  EpochizeDataset); a val `limit`: each pass yields the first `limit` batches;
+- watchdog (loader/watchdog.py): when producing a batch takes longer than `watchdog_timeout_seconds` (the first
+  `watchdog_initial_timeout_seconds`), the producing process prints its threads' stacks and warns; with
+  `fail_on_timeout=True` it exits;
+- `worker_config.worker_log_level >= 1` (train) / `>= 2` (val): one JSON line per batch via `worker_log`;
+- `SavableLoader`: `save_state_rank` / `restore_state_rank` (plain dicts) and `save_state_global` /
+  `restore_state_global` (gathered / scattered with torch.distributed when the world has several ranks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch.distributed
+
+from energon_arrow.loader.energon_dataset import EnergonDataset
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.loader import Loader
+from energon_arrow.loader.regroup import Regrouper
+
+
+class BasicLoader(Loader):
+    """energon's BasicDataLoader: iterates an EnergonDataset (see the module docstring)."""
+
+    def __init__(
+        self,
+        dataset: EnergonDataset,
+        *,
+        prefetch_factor: int = 2,
+        timeout: float = 0,
+        watchdog_timeout_seconds: float | None = 60,
+        watchdog_initial_timeout_seconds: float | None = None,
+        fail_on_timeout: bool = False,
+    ):
+        if not isinstance(dataset, EnergonDataset):
+            raise LoaderError(
+                f"expected a dataset from get_train_dataset / get_val_dataset, got {type(dataset).__name__}"
+            )
+        wc = dataset.worker_config
+        super().__init__(
+            dataset,
+            num_workers=wc.num_workers,
+            prefetch_factor=prefetch_factor,
+            device="cpu",
+            timeout=timeout,
+        )
+        self.worker_config = wc
+        self.watchdog = (watchdog_timeout_seconds, watchdog_initial_timeout_seconds, fail_on_timeout)
+        self.regroup = (
+            Regrouper(dataset.hooks, dataset.batch_size, dataset.batch_drop_last, dataset.batch_limit)
+            if dataset.hooks.stream
+            else None
+        )
+        self.epoch_offset = 0
+        self._regroup_state: dict | None = None
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    # ---- iteration ---------------------------------------------------------------------------------------
+    def _stream(self) -> Iterator[Any]:
+        rg, ds = self.regroup, self.dataset
+        if self._regroup_state is not None:
+            rg.restore(self._regroup_state, ds.encoded_chunk)
+            self._regroup_state = None
+        total = ds.total_batches()
+        if total is not None and self.next_batch >= total or rg.at_limit:
+            if rg.finished and not rg.queue or rg.at_limit:
+                rg.reset()  # the previous pass is over: start a new one
+                self.next_batch = 0
+            else:  # the state was saved in the last batches of a pass: finish it
+                rg.finish()
+                yield from rg.drain()
+                return
+        for samples in super()._batches():
+            rg.feed(self.next_batch - 1, samples)
+            yield from rg.drain()
+            if rg.at_limit:
+                self.next_batch = total if total is not None else self.next_batch
+                return
+        if total is not None:
+            rg.finish()
+            yield from rg.drain()
+
+    def _batches(self) -> Iterator[Any]:
+        ds = self.dataset
+        log = self.worker_config.should_log(1 if ds.mode == "train" else 2)
+        length = ds.virtual_epoch_length
+        ds.watchdog = self.watchdog  # the workers (forked when iteration starts) watch their batches
+        it = self._stream() if self.regroup is not None else super()._batches()
+        for i, item in enumerate(it):
+            if log:
+                keys = getattr(item, "__key__", None)
+                self.worker_config.worker_log(
+                    {
+                        "t": "yield",
+                        "r": self.worker_config.rank,
+                        "w": None,
+                        "m": ds.mode,
+                        "idx": i,
+                        "keys": keys,
+                    }
+                )
+            if length:
+                self.epoch_offset += 1
+                if self.epoch_offset >= length:
+                    self.epoch_offset = 0
+                    yield item
+                    return
+            yield item
+
+    # ---- state -------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state["epoch_offset"] = self.epoch_offset
+        if self.regroup is not None:
+            state["regroup"] = (
+                self._regroup_state if self._regroup_state is not None else self.regroup.state()
+            )
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.epoch_offset = int(state.get("epoch_offset", 0))
+        if self.regroup is not None:
+            if "regroup" not in state:
+                raise LoaderError("loader state has no regrouping state, but this loader regroups batches")
+            self._regroup_state = state["regroup"]
+
+
+class SavableLoader(BasicLoader):
+    """energon's SavableDataLoader: a BasicLoader whose position can be saved and restored."""
+
+    def save_state_rank(self) -> dict:
+        """This rank's state (a plain, JSON-able dict)."""
+        return self.state_dict()
+
+    def restore_state_rank(self, state: dict | None) -> None:
+        """Continue from a `save_state_rank()` state (None: start from the beginning)."""
+        if state is not None:
+            self.load_state_dict(state)
+
+    def save_state_global(self, global_dst_rank: int) -> list | None:
+        """The states of all ranks, gathered on `global_dst_rank` (None on the other ranks)."""
+        state = self.save_state_rank()
+        wc = self.worker_config
+        if wc.world_size <= 1:
+            return [state]
+        self._require_distributed("save_state_global")
+        output = [None] * wc.world_size if wc.global_rank() == global_dst_rank else None
+        if output is None and wc.data_parallel_group is not None:
+            try:
+                torch.distributed.get_group_rank(wc.data_parallel_group, global_dst_rank)
+            except RuntimeError:
+                raise ValueError(
+                    f"global_dst_rank {global_dst_rank} is not in this rank's data parallel group"
+                ) from None
+        torch.distributed.gather_object(state, output, global_dst_rank, group=wc.data_parallel_group)
+        return output
+
+    def restore_state_global(self, state: list | None, *, src_rank: int | None = None) -> None:
+        """Restore from `save_state_global`: every rank passes the whole list, or (with `src_rank`, the rank
+        within the data parallel group) only `src_rank` does and the states are scattered."""
+        wc = self.worker_config
+        if src_rank is None or wc.world_size == 1:
+            if not isinstance(state, list) or len(state) != wc.world_size:
+                raise LoaderError(
+                    f"restore_state_global: expected a list of {wc.world_size} rank states, got {state!r:.200}"
+                )
+            self.restore_state_rank(state[wc.rank])
+            return
+        self._require_distributed("restore_state_global")
+        if wc.data_parallel_group is not None:
+            try:
+                global_src = torch.distributed.get_global_rank(wc.data_parallel_group, src_rank)
+            except RuntimeError:
+                raise ValueError(f"src_rank {src_rank} is not in this rank's data parallel group") from None
+        else:
+            global_src = src_rank
+        if wc.rank != src_rank:
+            state = [None] * wc.world_size
+        elif not isinstance(state, list) or len(state) != wc.world_size:
+            raise LoaderError(f"restore_state_global: expected a list of {wc.world_size} rank states")
+        mine = [None]
+        torch.distributed.scatter_object_list(mine, state, src=global_src, group=wc.data_parallel_group)
+        self.restore_state_rank(mine[0])
+
+    @staticmethod
+    def _require_distributed(what: str) -> None:
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            raise LoaderError(f"{what}: world_size > 1 needs an initialised torch.distributed process group")
