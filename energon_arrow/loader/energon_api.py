@@ -284,6 +284,12 @@ def _loader(cls, dataset: BatchDataset, worker_config, prefetch_factor, timeout,
     )
 
 
+def _is_pipeline(dataset) -> bool:
+    from energon_arrow.loader.wrappers.base import SavableDataset
+
+    return isinstance(dataset, SavableDataset)
+
+
 def get_loader(
     dataset: BatchDataset,
     *,
@@ -292,6 +298,10 @@ def get_loader(
     timeout: float = 0,
     **unsupported,
 ) -> Loader:
+    if _is_pipeline(dataset):  # an energon wrapper pipeline (MapDataset, BatchDataset, ...)
+        from energon_arrow.loader.wrappers.savable_loader import PipelineLoader
+
+        return PipelineLoader(dataset, worker_config=worker_config, prefetch_factor=prefetch_factor, timeout=timeout, **unsupported)
     return _loader(Loader, dataset, worker_config, prefetch_factor, timeout, unsupported)
 
 
@@ -303,4 +313,10 @@ def get_savable_loader(
     timeout: float = 0,
     **unsupported,
 ) -> SavableLoader:
+    if _is_pipeline(dataset):  # an energon wrapper pipeline (MapDataset, BatchDataset, ...)
+        from energon_arrow.loader.wrappers.savable_loader import SavablePipelineLoader
+
+        return SavablePipelineLoader(
+            dataset, worker_config=worker_config, prefetch_factor=prefetch_factor, timeout=timeout, **unsupported
+        )
     return _loader(SavableLoader, dataset, worker_config, prefetch_factor, timeout, unsupported)

@@ -1,0 +1,202 @@
+"""Loaders over a wrapper pipeline (what `get_loader` / `get_savable_loader` return for a `SavableDataset`).
+
+A torch DataLoader (batch_size=None, persistent fork workers) iterates one copy of the pipeline per worker. Each
+worker sends every item together with its pipeline state right after it (`save_state()`), so the main process
+always holds, per worker, the exact state after the last item it handed to the caller: `save_state_rank()` is
+exact whatever the prefetching, and `restore_state_rank()` resumes every worker there. The DataLoader serves
+workers round-robin; a restored run rotates the worker ids so the worker that was next is served first
+(energon's worker_id_offset). With 0 workers the pipeline runs in the main process, the same way.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.wrappers.base import SavableDataset, num_worker_slots, rank_worker_id, worker_context
+from energon_arrow.loader.wrappers.batch import BatchDataset
+
+_END = "__energon_arrow_worker_epoch_end__"
+STATE_VERSION = 1
+
+
+class _WorkerStream(torch.utils.data.IterableDataset):
+    """Runs in each worker: restores its state once, then yields (worker, state after item, item)."""
+
+    def __init__(self, dataset: SavableDataset, restore: list | None, offset: int, gc_every: int, gc_freeze: bool):
+        self.dataset = dataset
+        self.restore = restore
+        self.offset = offset
+        self.gc_every, self.gc_freeze = gc_every, gc_freeze
+        self._started = False
+
+    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
+        worker_context.offset = self.offset
+        k = rank_worker_id(self.dataset.worker_config)
+        if not self._started:
+            self._started = True
+            if self.restore is not None:
+                state = self.restore[k]
+                if state is None:
+                    self.dataset.reset_state_deep()
+                else:
+                    self.dataset.restore_state(state)
+            if self.gc_freeze and torch.utils.data.get_worker_info() is not None:
+                gc.collect()
+                gc.freeze()
+        n = 0
+        for item in self.dataset:
+            yield k, self.dataset.save_state(), item
+            n += 1
+            if self.gc_every > 0 and n % self.gc_every == 0:
+                gc.collect()
+        yield k, self.dataset.save_state(), _END
+
+
+def _as_is(item):
+    return item
+
+
+def _init_worker(_worker_id: int) -> None:
+    """A forked worker inherits the parent's live DataLoader iterators (other loaders'); mark them shut down
+    so that the worker does not try to stop the parent's workers when it exits."""
+    cls = torch.utils.data.dataloader._MultiProcessingDataLoaderIter
+    for obj in gc.get_objects():
+        if type(obj) is cls:
+            obj._shutdown = True
+
+
+class PipelineLoader:
+    """energon's basic loader over a wrapper pipeline (iterate it; `len()` is the rank's length)."""
+
+    def __init__(
+        self,
+        dataset: SavableDataset,
+        *,
+        worker_config=None,
+        prefetch_factor: int = 2,
+        gc_collect_every_n_steps: int = 10,
+        gc_freeze_at_start: bool = True,
+        watchdog_timeout_seconds: float | None = 60,
+        watchdog_initial_timeout_seconds: float | None = None,
+        fail_on_timeout: bool = False,
+        checkpoint_every_sec: float = 60,
+        checkpoint_every_min_n_samples: int | None = None,
+        n_checkpoints: int | None = None,
+        cache_pool: Any = None,
+        timeout: float = 0,
+    ):
+        if not isinstance(dataset, SavableDataset):
+            raise LoaderError(f"expected a SavableDataset pipeline, got {type(dataset).__name__}")
+        if cache_pool is not None:
+            raise LoaderError("cache_pool: cache pools are not implemented; aux data is read straight from storage")
+        if worker_config is not None and worker_config != dataset.worker_config:
+            raise LoaderError("worker_config differs from the dataset's worker_config")
+        self.dataset = dataset
+        self.worker_config = dataset.worker_config
+        self.num_workers = int(self.worker_config.num_workers)
+        self.prefetch_factor = prefetch_factor
+        self.gc_every, self.gc_freeze = gc_collect_every_n_steps, gc_freeze_at_start
+        # energon's watchdog only prints stack traces unless fail_on_timeout; failing maps onto the DataLoader's
+        # timeout (seconds a worker may take for one item)
+        self.timeout = timeout or (watchdog_timeout_seconds if fail_on_timeout and watchdog_timeout_seconds else 0)
+        self._states: list = [None] * num_worker_slots(self.worker_config)
+        self._restore: list | None = None
+        self._offset = 0
+        self._next = 0
+        self._loader = None
+        self._epoch_iter: Iterator | None = None
+
+    def __len__(self) -> int:
+        return self.dataset.len_rank()
+
+    def _data_loader(self) -> torch.utils.data.DataLoader:
+        if self._loader is None:
+            stream = _WorkerStream(self.dataset, self._restore, self._offset, self.gc_every, self.gc_freeze)
+            kwargs: dict[str, Any] = {}
+            if self.num_workers > 0:
+                kwargs = dict(
+                    num_workers=self.num_workers,
+                    prefetch_factor=self.prefetch_factor,
+                    persistent_workers=True,
+                    timeout=self.timeout,
+                    multiprocessing_context="fork",
+                    worker_init_fn=_init_worker,
+                )
+            self._loader = torch.utils.data.DataLoader(stream, batch_size=None, collate_fn=_as_is, **kwargs)
+        return self._loader
+
+    def _epoch(self) -> Iterator[Any]:
+        slots = num_worker_slots(self.worker_config)
+        for k, state, item in self._data_loader():
+            self._states[k] = state
+            self._next = (k + 1) % slots
+            if isinstance(item, str) and item == _END:
+                continue
+            yield item
+        self._next = self._offset
+        self._epoch_iter = None
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._epoch_iter is None:  # an unfinished epoch continues (energon's persistent iterator)
+            self._epoch_iter = self._epoch()
+        return self._epoch_iter
+
+    def config(self) -> dict:
+        return {
+            "type": type(self).__qualname__,
+            "num_workers": self.num_workers,
+            "prefetch_factor": self.prefetch_factor,
+            "dataset": self.dataset.config(),
+        }
+
+
+class SavablePipelineLoader(PipelineLoader):
+    """energon's SavableDataLoader over a wrapper pipeline: `save_state_rank()` / `restore_state_rank()`."""
+
+    def _micro_batch_size(self) -> int | None:
+        ds = self.dataset
+        if isinstance(ds, BatchDataset):
+            return ds.batch_size
+        found = ds._find_wrapped_dataset(BatchDataset) if hasattr(ds, "_find_wrapped_dataset") else None
+        return found.batch_size if found is not None else None
+
+    def save_state_rank(self) -> dict:
+        return {
+            "version": STATE_VERSION,
+            "worker_states": list(self._states),
+            "next_worker_id": self._next,
+            "micro_batch_size": self._micro_batch_size(),
+        }
+
+    def restore_state_rank(self, state: dict | None) -> None:
+        if self._loader is not None:
+            raise LoaderError("restore_state_rank must be called before the loader is iterated")
+        if state is None:
+            return
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise LoaderError(f"not a pipeline loader state of version {STATE_VERSION}: {state!r:.200}")
+        slots = num_worker_slots(self.worker_config)
+        if len(state["worker_states"]) != slots:
+            raise LoaderError(
+                f"the state was saved with {len(state['worker_states'])} worker(s) per rank, this loader has "
+                f"{slots}; a pipeline's per-worker state resumes only with the same worker count"
+            )
+        if state.get("micro_batch_size") != self._micro_batch_size():
+            raise LoaderError(
+                f"the state was saved with micro batch size {state.get('micro_batch_size')}, this pipeline has "
+                f"{self._micro_batch_size()}"
+            )
+        self._restore = list(state["worker_states"])
+        self._states = list(self._restore)
+        self._offset = self._next = int(state["next_worker_id"])
+
+    def can_restore_sample(self) -> bool:
+        return self.dataset.can_restore_sample()
+
+    def restore_sample(self, restore_key: tuple) -> Any:
+        return self.dataset.restore_sample(restore_key)
