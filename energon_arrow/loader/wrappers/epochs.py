@@ -154,8 +154,9 @@ class EpochizeDataset(BaseWrapperDataset):
             self._offset = (idx + 1) % local
             try:
                 sample = next(self._active_iter)
-            except StopIteration:
+            except StopIteration:  # the inner dataset ended: the next epoch starts it again, whole
                 self._active_iter = None
+                self._offset = 0
                 break
             yield sample
 
