@@ -6,8 +6,8 @@ worker's copy keeps its own state; `save_state()` returns it as plain dicts/list
 unfinished generator outputs) are saved as the *restore keys* of the samples they hold and re-read by
 `restore_sample(key)`: the core dataset reads any sample by its key directly from the index.
 
-The worker a copy runs in (`rank_worker_id`) and its seed come from `worker_context`: the savable loader sets
-the rotation offset so that a restored run resumes with the right worker first (energon's worker_id_offset).
+The worker a copy runs in (`rank_worker_id`: the DataLoader worker id, 0 without workers) decides its samples
+and its seed (`worker_seed`).
 """
 
 from __future__ import annotations
@@ -26,15 +26,6 @@ STATE_CLASS = "__class__"
 
 
 # ---- the worker a dataset copy runs in -----------------------------------------------------------------------
-class _WorkerContext:
-    """Process-wide: the rotation offset of the worker ids (set by the savable loader in each worker)."""
-
-    offset: int = 0
-
-
-worker_context = _WorkerContext()
-
-
 def num_worker_slots(worker_config) -> int:
     """Worker processes of one rank; 0 workers iterate in the main process as one slot."""
     return max(1, int(worker_config.num_workers))
@@ -45,7 +36,7 @@ def rank_worker_id(worker_config) -> int:
     info = torch.utils.data.get_worker_info()
     if info is None:
         return 0
-    return (info.id + worker_context.offset) % num_worker_slots(worker_config)
+    return info.id
 
 
 def global_worker_id(worker_config, worker_idx: int | None = None) -> int:

@@ -4,8 +4,8 @@ A torch DataLoader (batch_size=None, persistent fork workers) iterates one copy 
 worker sends every item together with its pipeline state right after it (`save_state()`), so the main process
 always holds, per worker, the exact state after the last item it handed to the caller: `save_state_rank()` is
 exact whatever the prefetching, and `restore_state_rank()` resumes every worker there. The DataLoader serves
-workers round-robin; a restored run rotates the worker ids so the worker that was next is served first
-(energon's worker_id_offset). With 0 workers the pipeline runs in the main process, the same way.
+workers round-robin; in a restored run, the workers whose turn in the interrupted round was already taken
+first fill that turn with a placeholder the loader drops, so the round continues with the worker that was next. With 0 workers the pipeline runs in the main process, the same way.
 """
 
 from __future__ import annotations
@@ -17,44 +17,77 @@ from typing import Any
 import torch
 
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.wrappers.base import SavableDataset, num_worker_slots, rank_worker_id, worker_context
+from energon_arrow.loader.wrappers.base import SavableDataset, num_worker_slots, rank_worker_id
 from energon_arrow.loader.wrappers.batch import BatchDataset
 
-_END = "__energon_arrow_worker_epoch_end__"
+class _EpochEnd:
+    """Marks the end of a worker's epoch in the item stream (never handed to the caller)."""
+
+
+class _Skip:
+    """Fills a worker's turn that was already taken before the state was saved (never handed to the caller)."""
+
+
+_END, _SKIP = _EpochEnd(), _Skip()
 STATE_VERSION = 1
 
 
 class _WorkerStream(torch.utils.data.IterableDataset):
-    """Runs in each worker: restores its state once, then yields (worker, state after item, item)."""
+    """Runs in each worker: restores its state once, then yields (worker, state after item, epoch done, item).
 
-    def __init__(self, dataset: SavableDataset, restore: list | None, offset: int, gc_every: int, gc_freeze: bool):
+    The worker looks one item ahead, so the last item of its epoch carries the state *after* the epoch ended
+    and done=True: a run saved there resumes with this worker's epoch finished (it yields nothing until the
+    next epoch) instead of mistaking the end-of-epoch state for the start of a new one."""
+
+    def __init__(
+        self, dataset: SavableDataset, restore: list | None, done: list, next_worker: int, gc_every: int, gc_freeze: bool
+    ):
         self.dataset = dataset
-        self.restore = restore
-        self.offset = offset
+        self.restore, self.done = restore, done
+        self.next_worker = next_worker
         self.gc_every, self.gc_freeze = gc_every, gc_freeze
         self._started = False
 
-    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
-        worker_context.offset = self.offset
+    def _start(self, k: int) -> bool:
+        """Restore this worker's state (first epoch only); True when its restored epoch had already ended."""
+        if self._started:
+            return False
+        self._started = True
+        if self.gc_freeze and self.in_worker:
+            gc.freeze()  # the heap inherited from the parent is never collected (nor copied by the collector)
+        if self.restore is None:
+            return False
+        state = self.restore[k]
+        if state is None:
+            self.dataset.reset_state_deep()
+        else:
+            self.dataset.restore_state(state)
+        return bool(self.done[k])
+
+    def __iter__(self) -> Iterator[tuple[int, Any, bool, Any]]:
+        self.in_worker = torch.utils.data.get_worker_info() is not None
         k = rank_worker_id(self.dataset.worker_config)
-        if not self._started:
-            self._started = True
-            if self.restore is not None:
-                state = self.restore[k]
-                if state is None:
-                    self.dataset.reset_state_deep()
-                else:
-                    self.dataset.restore_state(state)
-            if self.gc_freeze and torch.utils.data.get_worker_info() is not None:
-                gc.collect()
-                gc.freeze()
+        first = not self._started
+        epoch_done = self._start(k)
+        if first and k < self.next_worker:  # this worker's turn in the interrupted round was taken
+            yield k, None, False, _SKIP
+        if epoch_done:
+            yield k, self.dataset.save_state(), True, _END
+            return
+        it = iter(self.dataset)
+        item = next(it, _END)
         n = 0
-        for item in self.dataset:
-            yield k, self.dataset.save_state(), item
+        while not isinstance(item, _EpochEnd):
+            state = self.dataset.save_state()
+            following = next(it, _END)
+            if isinstance(following, _EpochEnd):
+                state = self.dataset.save_state()  # after the epoch ended
+            yield k, state, isinstance(following, _EpochEnd), item
+            item = following
             n += 1
-            if self.gc_every > 0 and n % self.gc_every == 0:
+            if self.in_worker and self.gc_every > 0 and n % self.gc_every == 0:
                 gc.collect()
-        yield k, self.dataset.save_state(), _END
+        yield k, self.dataset.save_state(), True, _END
 
 
 def _as_is(item):
@@ -105,8 +138,8 @@ class PipelineLoader:
         # timeout (seconds a worker may take for one item)
         self.timeout = timeout or (watchdog_timeout_seconds if fail_on_timeout and watchdog_timeout_seconds else 0)
         self._states: list = [None] * num_worker_slots(self.worker_config)
+        self._done: list = [False] * num_worker_slots(self.worker_config)
         self._restore: list | None = None
-        self._offset = 0
         self._next = 0
         self._loader = None
         self._epoch_iter: Iterator | None = None
@@ -116,7 +149,9 @@ class PipelineLoader:
 
     def _data_loader(self) -> torch.utils.data.DataLoader:
         if self._loader is None:
-            stream = _WorkerStream(self.dataset, self._restore, self._offset, self.gc_every, self.gc_freeze)
+            stream = _WorkerStream(
+                self.dataset, self._restore, list(self._done), self._next, self.gc_every, self.gc_freeze
+            )
             kwargs: dict[str, Any] = {}
             if self.num_workers > 0:
                 kwargs = dict(
@@ -132,13 +167,15 @@ class PipelineLoader:
 
     def _epoch(self) -> Iterator[Any]:
         slots = num_worker_slots(self.worker_config)
-        for k, state, item in self._data_loader():
-            self._states[k] = state
-            self._next = (k + 1) % slots
-            if isinstance(item, str) and item == _END:
+        for k, state, done, item in self._data_loader():
+            if isinstance(item, _Skip):
                 continue
-            yield item
-        self._next = self._offset
+            self._states[k], self._done[k] = state, done
+            self._next = (k + 1) % slots
+            if not isinstance(item, _EpochEnd):
+                yield item
+        self._next = 0
+        self._done = [False] * slots
         self._epoch_iter = None
 
     def __iter__(self) -> Iterator[Any]:
@@ -170,6 +207,7 @@ class SavablePipelineLoader(PipelineLoader):
             "version": STATE_VERSION,
             "worker_states": list(self._states),
             "next_worker_id": self._next,
+            "worker_epoch_done": list(self._done),
             "micro_batch_size": self._micro_batch_size(),
         }
 
@@ -193,7 +231,10 @@ class SavablePipelineLoader(PipelineLoader):
             )
         self._restore = list(state["worker_states"])
         self._states = list(self._restore)
-        self._offset = self._next = int(state["next_worker_id"])
+        done = [bool(d) for d in state["worker_epoch_done"]]
+        # saved right after the last item of an epoch: the resumed run starts the next epoch
+        self._done = [False] * slots if all(done) else done
+        self._next = int(state["next_worker_id"])
 
     def can_restore_sample(self) -> bool:
         return self.dataset.can_restore_sample()

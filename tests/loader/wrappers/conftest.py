@@ -10,10 +10,19 @@ def wc(workers: int = 0, rank: int = 0, world_size: int = 1):
     return ea.WorkerConfig(rank=rank, world_size=world_size, num_workers=workers)
 
 
+_FACTORIES: dict = {}
+
+
 def core(root: str, config, split: str = "val", training: bool = False, **kw):
-    return ea.get_dataset_from_config(
-        root, split_part=split, training=training, worker_config=config, decoder=None, **kw
-    ).build()
+    """A fresh core dataset; the factory (the opened split) is reused across tests to keep them fast."""
+    key = (root, split, training, config.rank, config.world_size, config.num_workers, tuple(sorted(kw.items())))
+    if key not in _FACTORIES:
+        _FACTORIES[key] = ea.get_dataset_from_config(
+            root, split_part=split, training=training, worker_config=config, decoder=None, **kw
+        )
+    factory = _FACTORIES[key]
+    factory.worker_config = config  # equal values; the wrappers compare it with theirs
+    return factory.build()
 
 
 def keys_of(item) -> list[str]:
