@@ -301,7 +301,13 @@ def get_loader(
     if _is_pipeline(dataset):  # an energon wrapper pipeline (MapDataset, BatchDataset, ...)
         from energon_arrow.loader.wrappers.savable_loader import PipelineLoader
 
-        return PipelineLoader(dataset, worker_config=worker_config, prefetch_factor=prefetch_factor, timeout=timeout, **unsupported)
+        return PipelineLoader(
+            dataset,
+            worker_config=worker_config,
+            prefetch_factor=prefetch_factor,
+            timeout=timeout,
+            **unsupported,
+        )
     return _loader(Loader, dataset, worker_config, prefetch_factor, timeout, unsupported)
 
 
@@ -317,6 +323,10 @@ def get_savable_loader(
         from energon_arrow.loader.wrappers.savable_loader import SavablePipelineLoader
 
         return SavablePipelineLoader(
-            dataset, worker_config=worker_config, prefetch_factor=prefetch_factor, timeout=timeout, **unsupported
+            dataset,
+            worker_config=worker_config,
+            prefetch_factor=prefetch_factor,
+            timeout=timeout,
+            **unsupported,
         )
     return _loader(SavableLoader, dataset, worker_config, prefetch_factor, timeout, unsupported)

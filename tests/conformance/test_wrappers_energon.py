@@ -23,7 +23,6 @@ def root(tmp_path_factory):
     return path
 
 
-
 def _map_batch(mod, ds, wc):
     def text(s):
         return mod.TextSample(
@@ -33,7 +32,9 @@ def _map_batch(mod, ds, wc):
             text=s.caption.decode(),
         )
 
-    return mod.BatchDataset(mod.MapDataset(ds, text, worker_config=wc), 4, mod.generic_batch, worker_config=wc)
+    return mod.BatchDataset(
+        mod.MapDataset(ds, text, worker_config=wc), 4, mod.generic_batch, worker_config=wc
+    )
 
 
 def _repeat_limit(mod, ds, wc):
@@ -48,7 +49,9 @@ def _filter_concat(mod, ds, wc):
 
 def _run(mod, get_dataset_from_config, path, workers, compose):
     wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=workers)
-    ds = get_dataset_from_config(path, split_part="val", training=False, worker_config=wc, decoder=None).build()
+    ds = get_dataset_from_config(
+        path, split_part="val", training=False, worker_config=wc, decoder=None
+    ).build()
     pipeline = compose(mod, ds, wc)
     loader = mod.get_savable_loader(pipeline)
     batches = list(loader)
@@ -70,11 +73,15 @@ def test_factory_matches_energon(root):
     wc_ref = energon.WorkerConfig(rank=0, world_size=1, num_workers=0)
     wc_ours = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
     for split in ("train", "val"):
-        ref = energon_config.get_dataset_from_config(root, split_part=split, worker_config=wc_ref, training=False)
+        ref = energon_config.get_dataset_from_config(
+            root, split_part=split, worker_config=wc_ref, training=False
+        )
         ours = ea.get_dataset_from_config(root, split_part=split, worker_config=wc_ours, training=False)
         assert len(ours) == len(ref)
         assert ours.__sample_type__.__name__ == ref.__sample_type__.__name__
-    train_ref = energon_config.get_dataset_from_config(root, worker_config=wc_ref, training=True, decoder=None).build()
+    train_ref = energon_config.get_dataset_from_config(
+        root, worker_config=wc_ref, training=True, decoder=None
+    ).build()
     train_ours = ea.get_dataset_from_config(root, worker_config=wc_ours, training=True, decoder=None).build()
     n = len(train_ref)
     assert len(train_ours) == n

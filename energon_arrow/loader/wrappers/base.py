@@ -12,8 +12,8 @@ and its seed (`worker_seed`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import dataclasses
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -126,10 +126,8 @@ def _put_key(sample: Any, key: tuple) -> Any:
         if "__restore_key__" in sample:
             sample["__restore_key__"] = key
     elif hasattr(sample, "__restore_key__"):
-        try:
+        with contextlib.suppress(AttributeError):  # frozen samples keep their key
             sample.__restore_key__ = key
-        except (AttributeError, dataclasses.FrozenInstanceError):
-            pass
     return sample
 
 

@@ -126,7 +126,9 @@ class BatchDataset(BaseWrapperDataset):
         if self._generator_sample_keys is not None:  # resume an unfinished batch generator
             keys = tuple(self._generator_sample_keys)
             samples = [self.dataset.restore_sample(k) for k in keys]
-            yield from self._outputs(samples, keys, self._sample_index.current_idx - 1, self._generator_offset)
+            yield from self._outputs(
+                samples, keys, self._sample_index.current_idx - 1, self._generator_offset
+            )
 
         def flush() -> Iterator[Any]:
             samples, keys = self._buffer.flush()
@@ -160,7 +162,9 @@ class BatchDataset(BaseWrapperDataset):
             for idx, batch in enumerate(out):
                 if idx == sub_idx:
                     return set_sample_restore_key(batch, sample_idx, sub_idx, *keys, src=self)
-            raise ValueError(f"BatchDataset: batch generator yielded fewer than {sub_idx + 1} batches on restore")
+            raise ValueError(
+                f"BatchDataset: batch generator yielded fewer than {sub_idx + 1} batches on restore"
+            )
         return set_sample_restore_key(out, sample_idx, *keys, src=self)
 
     def config(self) -> dict:
@@ -207,7 +211,9 @@ class GroupBatchDataset(BaseWrapperDataset):
         self.drop_last = drop_last
         self.failure_tolerance = failure_tolerance
         self._batch_failures = ErrorContext(f"GroupBatchDataset.{batcher}", worker_config, failure_tolerance)
-        self._key_failures = ErrorContext(f"GroupBatchDataset.{sample_group_key}", worker_config, failure_tolerance)
+        self._key_failures = ErrorContext(
+            f"GroupBatchDataset.{sample_group_key}", worker_config, failure_tolerance
+        )
         self.reset_state_own()
 
     def reset_state_own(self) -> None:

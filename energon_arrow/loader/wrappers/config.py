@@ -40,7 +40,9 @@ class WebdatasetFactory:
         elif decoder is None:
             decoder = PartDecoder(raw=True)
         elif not isinstance(decoder, PartDecoder):
-            raise LoaderError(f"decoder must be an energon_arrow SampleDecoder / PartDecoder or None, got {decoder!r}")
+            raise LoaderError(
+                f"decoder must be an energon_arrow SampleDecoder / PartDecoder or None, got {decoder!r}"
+            )
         self.source = source
         self.training = training
         self.worker_config = worker_config
@@ -187,7 +189,9 @@ class DatasetLoader:
                 f"shuffle_over_epochs_multiplier={shuffle_over_epochs_multiplier} is not supported "
                 "(each training epoch is one permutation)"
             )
-        common = dict(training=training, worker_config=worker_config, trust_remote_code=self.trust_remote_code)
+        common = dict(
+            training=training, worker_config=worker_config, trust_remote_code=self.trust_remote_code
+        )
         if not is_metadataset(self.path):
             factory = get_dataset_from_config(
                 self.path,

@@ -49,7 +49,9 @@ class SampleDataset(SavableDataset):
     ):
         super().__init__(worker_config)
         if max_samples_per_sequence is not None and max_samples_per_sequence < 1:
-            raise LoaderError(f"max_samples_per_sequence must be >= 1 or None, got {max_samples_per_sequence}")
+            raise LoaderError(
+                f"max_samples_per_sequence must be >= 1 or None, got {max_samples_per_sequence}"
+            )
         self.source, self.builder = source, builder
         self.training = training
         self.max_samples_per_sequence = max_samples_per_sequence
@@ -142,7 +144,9 @@ class SampleDataset(SavableDataset):
             j = lo + int(np.searchsorted(np.asarray(src.sample_index[lo:hi]), sample_index))
             if j < hi and int(src.sample_index[j]) == sample_index:
                 return j
-        raise LoaderError(f"{src.name}: no sample {sample_index} of shard {shard!r} in this split (restore key)")
+        raise LoaderError(
+            f"{src.name}: no sample {sample_index} of shard {shard!r} in this split (restore key)"
+        )
 
     def restore_sample(self, restore_key: tuple) -> Any:
         if len(restore_key) != 3 or restore_key[0] != "Webdataset":
@@ -169,4 +173,3 @@ class SampleDataset(SavableDataset):
         state = dict(self.__dict__)
         state["_reader"] = None  # open file handles stay in their process
         return state
-

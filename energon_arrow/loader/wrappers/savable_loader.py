@@ -20,6 +20,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.wrappers.base import SavableDataset, num_worker_slots, rank_worker_id
 from energon_arrow.loader.wrappers.batch import BatchDataset
 
+
 class _EpochEnd:
     """Marks the end of a worker's epoch in the item stream (never handed to the caller)."""
 
@@ -40,7 +41,13 @@ class _WorkerStream(torch.utils.data.IterableDataset):
     next epoch) instead of mistaking the end-of-epoch state for the start of a new one."""
 
     def __init__(
-        self, dataset: SavableDataset, restore: list | None, done: list, next_worker: int, gc_every: int, gc_freeze: bool
+        self,
+        dataset: SavableDataset,
+        restore: list | None,
+        done: list,
+        next_worker: int,
+        gc_every: int,
+        gc_freeze: bool,
     ):
         self.dataset = dataset
         self.restore, self.done = restore, done
@@ -117,16 +124,15 @@ class PipelineLoader:
         watchdog_timeout_seconds: float | None = 60,
         watchdog_initial_timeout_seconds: float | None = None,
         fail_on_timeout: bool = False,
-        checkpoint_every_sec: float = 60,
-        checkpoint_every_min_n_samples: int | None = None,
-        n_checkpoints: int | None = None,
         cache_pool: Any = None,
         timeout: float = 0,
     ):
         if not isinstance(dataset, SavableDataset):
             raise LoaderError(f"expected a SavableDataset pipeline, got {type(dataset).__name__}")
         if cache_pool is not None:
-            raise LoaderError("cache_pool: cache pools are not implemented; aux data is read straight from storage")
+            raise LoaderError(
+                "cache_pool: cache pools are not implemented; aux data is read straight from storage"
+            )
         if worker_config is not None and worker_config != dataset.worker_config:
             raise LoaderError("worker_config differs from the dataset's worker_config")
         self.dataset = dataset
@@ -136,7 +142,9 @@ class PipelineLoader:
         self.gc_every, self.gc_freeze = gc_collect_every_n_steps, gc_freeze_at_start
         # energon's watchdog only prints stack traces unless fail_on_timeout; failing maps onto the DataLoader's
         # timeout (seconds a worker may take for one item)
-        self.timeout = timeout or (watchdog_timeout_seconds if fail_on_timeout and watchdog_timeout_seconds else 0)
+        self.timeout = timeout or (
+            watchdog_timeout_seconds if fail_on_timeout and watchdog_timeout_seconds else 0
+        )
         self._states: list = [None] * num_worker_slots(self.worker_config)
         self._done: list = [False] * num_worker_slots(self.worker_config)
         self._restore: list | None = None
@@ -193,7 +201,22 @@ class PipelineLoader:
 
 
 class SavablePipelineLoader(PipelineLoader):
-    """energon's SavableDataLoader over a wrapper pipeline: `save_state_rank()` / `restore_state_rank()`."""
+    """energon's SavableDataLoader over a wrapper pipeline: `save_state_rank()` / `restore_state_rank()`.
+
+    `checkpoint_every_sec`, `checkpoint_every_min_n_samples` and `n_checkpoints` tune how often energon's workers
+    checkpoint (and how many samples a restore replays); here every item carries its exact state, so there is
+    nothing to tune: they are accepted for energon's signature and change nothing."""
+
+    def __init__(
+        self,
+        dataset: SavableDataset,
+        *,
+        checkpoint_every_sec: float = 60,
+        checkpoint_every_min_n_samples: int | None = None,
+        n_checkpoints: int | None = None,
+        **kwargs,
+    ):
+        super().__init__(dataset, **kwargs)
 
     def _micro_batch_size(self) -> int | None:
         ds = self.dataset

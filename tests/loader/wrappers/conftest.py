@@ -15,7 +15,15 @@ _FACTORIES: dict = {}
 
 def core(root: str, config, split: str = "val", training: bool = False, **kw):
     """A fresh core dataset; the factory (the opened split) is reused across tests to keep them fast."""
-    key = (root, split, training, config.rank, config.world_size, config.num_workers, tuple(sorted(kw.items())))
+    key = (
+        root,
+        split,
+        training,
+        config.rank,
+        config.world_size,
+        config.num_workers,
+        tuple(sorted(kw.items())),
+    )
     if key not in _FACTORIES:
         _FACTORIES[key] = ea.get_dataset_from_config(
             root, split_part=split, training=training, worker_config=config, decoder=None, **kw

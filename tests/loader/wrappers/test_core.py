@@ -49,7 +49,9 @@ def test_sample_type_and_argument_errors(prepared_root):
     with pytest.raises(LoaderError, match="worker_config is required"):
         ea.get_dataset_from_config(prepared_root, worker_config=None)
     # energon's defaults are accepted
-    ea.get_dataset_from_config(prepared_root, worker_config=wc(), parallel_shard_iters=None, shuffle_over_epochs=1)
+    ea.get_dataset_from_config(
+        prepared_root, worker_config=wc(), parallel_shard_iters=None, shuffle_over_epochs=1
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -75,7 +77,10 @@ def test_worker_offsets_match_energon_sharding():
     for n, world, workers, rotation in itertools.product([0, 7, 40, 101], [1, 3], [0, 2, 5], [0, 2]):
         for rank in range(world):
             ref = sharder.split_samples_to_workers(
-                3, 3 + n, WorkerConfig(rank=rank, world_size=world, num_workers=workers), rotation_offset=rotation
+                3,
+                3 + n,
+                WorkerConfig(rank=rank, world_size=world, num_workers=workers),
+                rotation_offset=rotation,
             )
             assert worker_offsets(3, 3 + n, rank, world, workers, rotation) == list(ref)
 

@@ -46,11 +46,15 @@ def _shuffled_batches(root, c):
 def _blend(root, c):
     a = core(root, c, "train", training=True)
     b = ea.RepeatDataset(core(root, c, "val"), worker_config=c)
-    return ea.BatchDataset(ea.BlendDataset((a, 1.0), (b, 2.0), worker_config=c), 4, ea.generic_batch, worker_config=c)
+    return ea.BatchDataset(
+        ea.BlendDataset((a, 1.0), (b, 2.0), worker_config=c), 4, ea.generic_batch, worker_config=c
+    )
 
 
 def _repeat_limit_val(root, c):
-    ds = ea.LimitDataset(ea.RepeatDataset(core(root, c, "val"), repeats=2, worker_config=c), 50, worker_config=c)
+    ds = ea.LimitDataset(
+        ea.RepeatDataset(core(root, c, "val"), repeats=2, worker_config=c), 50, worker_config=c
+    )
     return ea.BatchDataset(ds, 4, ea.generic_batch, worker_config=c)
 
 
@@ -60,7 +64,9 @@ def _generator_groups(root, c):
 
 
 def _epochized(root, c):
-    ds = ea.EpochizeDataset(core(root, c, "train", training=True, max_samples_per_sequence=3), 22, worker_config=c)
+    ds = ea.EpochizeDataset(
+        core(root, c, "train", training=True, max_samples_per_sequence=3), 22, worker_config=c
+    )
     return ea.BatchDataset(ds, 4, ea.generic_batch, worker_config=c)
 
 

@@ -26,7 +26,9 @@ def _keys(ds) -> list[str]:
 
 
 def test_map_applies_and_prefixes_restore_key(val):
-    ds = ea.MapDataset(val, lambda s: ea.TextSample.derive_from(s, text=s.caption.decode()), worker_config=wc())
+    ds = ea.MapDataset(
+        val, lambda s: ea.TextSample.derive_from(s, text=s.caption.decode()), worker_config=wc()
+    )
     out = list(ds)
     assert [s.__key__ for s in out] == VAL_KEYS
     assert isinstance(out[0], ea.TextSample) and out[0].text.startswith("sample 0")
@@ -79,7 +81,9 @@ def test_iter_map_pairs_and_restores(val):
                 yield ea.TextSample.derive_from(buf[0], text="+".join(x.__key__ for x in buf))
                 buf = []
 
-    ds = ea.IterMapDataset(val, pairs, len_map_fn=lambda n: n // 2, stateless_iter_fn=True, worker_config=wc())
+    ds = ea.IterMapDataset(
+        val, pairs, len_map_fn=lambda n: n // 2, stateless_iter_fn=True, worker_config=wc()
+    )
     out = list(ds)
     assert len(out) == len(ds) == 20
     assert out[1].text == f"{VAL_KEYS[2]}+{VAL_KEYS[3]}"
@@ -115,12 +119,18 @@ def test_group_batch(val):
     sized = ea.GroupBatchDataset(val, None, lambda s: ("all", 6), ea.generic_batch, worker_config=wc())
     assert [len(b.__key__) for b in sized] == [6] * 6 + [4]
     with pytest.raises(FatalSampleError, match="exactly one of them must be None"):
-        list(ea.GroupBatchDataset(val, 4, lambda s: ("x", 3), ea.generic_batch, failure_tolerance=3, worker_config=wc()))
+        list(
+            ea.GroupBatchDataset(
+                val, 4, lambda s: ("x", 3), ea.generic_batch, failure_tolerance=3, worker_config=wc()
+            )
+        )
 
 
 def test_blend_finite_and_weighted(prepared_root, val, train):
     head = core(prepared_root, wc(), "val")
-    finite = ea.BlendDataset((val, 1.0), (ea.LimitDataset(head, 10, worker_config=wc()), 1.0), worker_config=wc())
+    finite = ea.BlendDataset(
+        (val, 1.0), (ea.LimitDataset(head, 10, worker_config=wc()), 1.0), worker_config=wc()
+    )
     got = _keys(finite)
     assert len(got) == 50 and sorted(got) == sorted(VAL_KEYS + VAL_KEYS[:10])
     assert got != VAL_KEYS + VAL_KEYS[:10]  # interleaved
@@ -137,7 +147,9 @@ def test_blend_finite_and_weighted(prepared_root, val, train):
 def test_mix_batch(val, prepared_root):
     a = ea.BatchDataset(val, 1, ea.generic_batch, worker_config=wc())
     b = ea.BatchDataset(core(prepared_root, wc(), "val"), 1, ea.generic_batch, worker_config=wc())
-    ds = ea.MixBatchDataset((a, 1.0), (b, 1.0), batch_size=4, batch_mix_fn=ea.homogeneous_concat_mix, worker_config=wc())
+    ds = ea.MixBatchDataset(
+        (a, 1.0), (b, 1.0), batch_size=4, batch_mix_fn=ea.homogeneous_concat_mix, worker_config=wc()
+    )
     out = list(ds)
     assert [len(x.__key__) for x in out] == [4] * 20
     # generic_concat keeps non-tensor fields as the list of the mixed batches' values (as energon does)
@@ -196,6 +208,8 @@ def test_worker_config_must_match(val):
 
 
 def test_train_pipeline_keys(train):
-    ds = ea.BatchDataset(ea.MapDataset(train, lambda s: s, worker_config=wc()), 10, ea.generic_batch, worker_config=wc())
+    ds = ea.BatchDataset(
+        ea.MapDataset(train, lambda s: s, worker_config=wc()), 10, ea.generic_batch, worker_config=wc()
+    )
     first_epoch = [k for b in take(iter(ds), 12) for k in b.__key__]
     assert sorted(first_epoch) == TRAIN_KEYS
