@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -58,6 +59,18 @@ def worker_config_dict(worker_config) -> dict:
         "num_workers": int(worker_config.num_workers),
         "seed_offset": int(getattr(worker_config, "seed_offset", 0)),
     }
+
+
+def call_seeded(fn: Callable, worker_config, sample_idx: int, arg: Any) -> Any:
+    """`fn(arg)`; a `@stateless(restore_seeds=True)` function is called with `random`, numpy and torch seeded
+    from (worker seed, sample index), so a resumed run or `restore_sample` reproduces its randomness."""
+    if getattr(fn, "__restore_seeds__", False):
+        seq = np.random.SeedSequence([worker_seed(worker_config), int(sample_idx)])
+        seed = int(seq.generate_state(1, np.uint64)[0] & 0x7FFFFFFFFFFFFFFF)
+        random.seed(seed)
+        np.random.seed(seed & 0xFFFFFFFF)
+        torch.manual_seed(seed)
+    return fn(arg)
 
 
 class WorkerRng:

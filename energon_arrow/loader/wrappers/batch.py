@@ -12,6 +12,7 @@ from energon_arrow.loader.wrappers.base import (
     STATE_CLASS,
     BaseWrapperDataset,
     SampleIndex,
+    call_seeded,
     callable_config,
     function_config,
     get_sample_restore_key,
@@ -107,7 +108,7 @@ class BatchDataset(BaseWrapperDataset):
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _outputs(self, samples: list, keys: tuple, sample_idx: int, skip: int) -> Iterator[Any]:
-        out = self.batcher(samples)
+        out = call_seeded(self.batcher, self.worker_config, sample_idx, samples)
         if not isinstance(out, Generator):
             self._failures.reset()
             yield set_sample_restore_key(out, sample_idx, *keys, src=self)
@@ -157,7 +158,8 @@ class BatchDataset(BaseWrapperDataset):
             _, sample_idx, sub_idx, *keys = restore_key
         else:
             _, sample_idx, *keys = restore_key
-        out = self.batcher([self.dataset.restore_sample(k) for k in keys])
+        samples = [self.dataset.restore_sample(k) for k in keys]
+        out = call_seeded(self.batcher, self.worker_config, sample_idx, samples)
         if isinstance(out, Generator):
             for idx, batch in enumerate(out):
                 if idx == sub_idx:

@@ -17,6 +17,7 @@ from energon_arrow.loader.wrappers.base import (
     BaseWrapperDataset,
     SampleIndex,
     add_sample_restore_key,
+    call_seeded,
     callable_config,
     function_config,
     get_sample_restore_key,
@@ -73,12 +74,13 @@ class MapDataset(BaseWrapperDataset):
         if self._generator_sample_key is not None:  # resume an unfinished generator
             sample = self.dataset.restore_sample(self._generator_sample_key)
             sample_idx = self._sample_index.current_idx - 1
-            yield from self._drain(self.map_fn(sample), sample_idx, self._generator_offset or 0)
+            outputs = call_seeded(self.map_fn, self.worker_config, sample_idx, sample)
+            yield from self._drain(outputs, sample_idx, self._generator_offset or 0)
         for sample in self.dataset:
             key = get_sample_restore_key(sample)
             with self._failures.handle_errors(sample):
                 sample_idx = self._sample_index.get_next()
-                out = self.map_fn(sample)
+                out = call_seeded(self.map_fn, self.worker_config, sample_idx, sample)
                 if isinstance(out, Generator):
                     self._generator_sample_key, self._generator_offset = key, 0
                     yield from self._drain(out, sample_idx, 0)
@@ -100,7 +102,8 @@ class MapDataset(BaseWrapperDataset):
             _, sample_idx, local_idx, *inner = restore_key
         else:
             _, sample_idx, *inner = restore_key
-        out = self.map_fn(self.dataset.restore_sample(tuple(inner)))
+        inner_sample = self.dataset.restore_sample(tuple(inner))
+        out = call_seeded(self.map_fn, self.worker_config, sample_idx, inner_sample)
         if isinstance(out, Generator):
             for idx, o in enumerate(out):
                 if idx == local_idx:
