@@ -20,6 +20,7 @@ from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.metadataset import is_metadataset, read_metadataset, subset_bounds
 from energon_arrow.loader.ranks import distributed_rank_world
 from energon_arrow.loader.source import SplitSource, open_split
+from energon_arrow.loader.wrappers.savable_loader import PipelineLoader, SavablePipelineLoader, is_pipeline
 from energon_arrow.samples.batch import batch_samples
 from energon_arrow.samples.cookers import Cooker
 from energon_arrow.samples.decoders import PartDecoder
@@ -284,12 +285,6 @@ def _loader(cls, dataset: BatchDataset, worker_config, prefetch_factor, timeout,
     )
 
 
-def _is_pipeline(dataset) -> bool:
-    from energon_arrow.loader.wrappers.base import SavableDataset
-
-    return isinstance(dataset, SavableDataset)
-
-
 def get_loader(
     dataset: BatchDataset,
     *,
@@ -298,9 +293,7 @@ def get_loader(
     timeout: float = 0,
     **unsupported,
 ) -> Loader:
-    if _is_pipeline(dataset):  # an energon wrapper pipeline (MapDataset, BatchDataset, ...)
-        from energon_arrow.loader.wrappers.savable_loader import PipelineLoader
-
+    if is_pipeline(dataset):  # energon wrapper pipelines (MapDataset, ...): loader/wrappers/
         return PipelineLoader(
             dataset,
             worker_config=worker_config,
@@ -319,9 +312,7 @@ def get_savable_loader(
     timeout: float = 0,
     **unsupported,
 ) -> SavableLoader:
-    if _is_pipeline(dataset):  # an energon wrapper pipeline (MapDataset, BatchDataset, ...)
-        from energon_arrow.loader.wrappers.savable_loader import SavablePipelineLoader
-
+    if is_pipeline(dataset):  # energon wrapper pipelines (MapDataset, ...): loader/wrappers/
         return SavablePipelineLoader(
             dataset,
             worker_config=worker_config,

@@ -97,6 +97,11 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         yield k, self.dataset.save_state(), True, _END
 
 
+def is_pipeline(dataset: Any) -> bool:
+    """Whether `dataset` is an energon-style wrapper pipeline (served by the loaders here)."""
+    return isinstance(dataset, SavableDataset)
+
+
 def _as_is(item):
     return item
 
