@@ -4,6 +4,7 @@ their blend weights / repetitions)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -109,8 +110,11 @@ def get_dataset_from_config(
             f"get_dataset_from_config: shuffle_over_epochs={shuffle_over_epochs} is not supported; every "
             "training epoch of a worker is one permutation of its samples (shuffle_over_epochs=1)"
         )
+    path = os.fspath(path) if isinstance(path, os.PathLike) else path
     if is_metadataset(str(path)):
         raise LoaderError(f"{path}: is a metadataset; use load_dataset(path).get_datasets(...)")
+    if str(path).endswith(".jsonl"):
+        raise LoaderError(f"{path}: crude JSONL datasets are not supported by get_dataset_from_config yet")
     source = open_split(
         path,
         split_part or "train",
@@ -167,7 +171,7 @@ class DatasetLoader:
     """energon's loader of a dataset or metadataset path (what `load_dataset` returns)."""
 
     def __init__(self, path, *, storage_options: dict | None = None, trust_remote_code: bool = False):
-        self.path = str(path)
+        self.path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
         self.storage_options = storage_options
         self.trust_remote_code = trust_remote_code
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import pathlib
 from collections import Counter
 
 import pytest
@@ -48,7 +49,13 @@ def test_sample_type_and_argument_errors(prepared_root):
         ea.get_dataset_from_config(prepared_root, worker_config=wc(), shuffle_over_epochs=2)
     with pytest.raises(LoaderError, match="worker_config is required"):
         ea.get_dataset_from_config(prepared_root, worker_config=None)
-    # energon's defaults are accepted
+    with pytest.raises(LoaderError, match="JSONL"):
+        ea.get_dataset_from_config("/data/x.jsonl", worker_config=wc())
+    # energon's defaults are accepted; paths may be path objects
+    assert (
+        len(ea.get_dataset_from_config(pathlib.Path(prepared_root), split_part="val", worker_config=wc()))
+        == 40
+    )
     ea.get_dataset_from_config(
         prepared_root, worker_config=wc(), parallel_shard_iters=None, shuffle_over_epochs=1
     )
