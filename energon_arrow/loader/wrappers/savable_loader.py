@@ -269,3 +269,36 @@ class SavablePipelineLoader(PipelineLoader):
 
     def restore_sample(self, restore_key: tuple) -> Any:
         return self.dataset.restore_sample(restore_key)
+
+    # ---- all ranks (torch.distributed) ---------------------------------------------------------------------
+    def save_state_global(self, global_dst_rank: int) -> list | None:
+        """Every rank's `save_state_rank()`, gathered on `global_dst_rank` (None on the other ranks)."""
+        state = self.save_state_rank()
+        if self.worker_config.world_size == 1:
+            return [state]
+        import torch.distributed as dist
+
+        group = getattr(self.worker_config, "data_parallel_group", None)
+        out = [None] * self.worker_config.world_size if dist.get_rank() == global_dst_rank else None
+        dist.gather_object(state, out, global_dst_rank, group=group)
+        return out
+
+    def restore_state_global(self, state: list | None, *, src_rank: int | None = None) -> None:
+        """Restore from `save_state_global`: every rank passes the list, or only `src_rank` (within the data
+        parallel group) does and the others pass None."""
+        world, rank = self.worker_config.world_size, self.worker_config.rank
+        if src_rank is None or world == 1:
+            if not isinstance(state, list) or len(state) != world:
+                raise LoaderError(f"restore_state_global expects a list of {world} rank states")
+            return self.restore_state_rank(state[rank])
+        import torch.distributed as dist
+
+        group = getattr(self.worker_config, "data_parallel_group", None)
+        src = dist.get_global_rank(group, src_rank) if group is not None else src_rank
+        if rank == src_rank and (not isinstance(state, list) or len(state) != world):
+            raise LoaderError(
+                f"restore_state_global: rank {src_rank} must pass a list of {world} rank states"
+            )
+        local = [None]
+        dist.scatter_object_list(local, state if rank == src_rank else [None] * world, src=src, group=group)
+        self.restore_state_rank(local[0])
