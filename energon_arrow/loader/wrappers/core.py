@@ -64,6 +64,7 @@ class SampleDataset(SavableDataset):
             worker_rotation_offset,
         )
         self._layout: tuple[int, BlockLayout] | None = None
+        self._order: EpochOrder | None = None
         self._reader: SampleReader | None = None
         self._shard_rows: dict[int, tuple[int, int]] | None = None
         self.reset_state_own()
@@ -91,8 +92,11 @@ class SampleDataset(SavableDataset):
         if self._layout is None or self._layout[0] != lo:
             block = self.max_samples_per_sequence or max(1, hi - lo)
             self._layout = (lo, BlockLayout(np.asarray(self.source.shard_id[lo:hi]), block))
-        seed = worker_seed(self.worker_config) & 0xFFFFFFFF
-        return lo + EpochOrder(self._layout[1], seed, self._epoch).rows_at(positions)
+            self._order = None
+        if self._order is None or self._order.epoch != self._epoch:
+            seed = worker_seed(self.worker_config) & 0xFFFFFFFF
+            self._order = EpochOrder(self._layout[1], seed, self._epoch)
+        return lo + self._order.rows_at(positions)
 
     def __iter__(self) -> Iterator[Any]:
         lo, hi = self._range()
