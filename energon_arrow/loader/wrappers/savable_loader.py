@@ -115,6 +115,34 @@ def _init_worker(_worker_id: int) -> None:
             obj._shutdown = True
 
 
+class _Progress:
+    """Per worker: the state after the last item handed out and whether its epoch ended; the worker whose turn
+    is next; whether the epoch in progress ended. Shared by a loader and its epoch iterator, which holds only
+    this (not the loader): no reference cycle, so a dropped loader shuts its workers down at once instead of
+    leaving its DataLoader to the cycle collector (which closes the queues before the workers are told to stop)."""
+
+    def __init__(self, slots: int):
+        self.states: list = [None] * slots
+        self.done: list = [False] * slots
+        self.next = 0
+        self.epoch_over = True
+
+
+def _epoch_items(progress: _Progress, data_loader) -> Iterator[Any]:
+    """One epoch of a pipeline loader, recording each worker's state as its items are handed out."""
+    slots = len(progress.states)
+    for k, state, done, item in data_loader:
+        if isinstance(item, _Skip):
+            continue
+        progress.states[k], progress.done[k] = state, done
+        progress.next = (k + 1) % slots
+        if not isinstance(item, _EpochEnd):
+            yield item
+    progress.next = 0
+    progress.done = [False] * slots
+    progress.epoch_over = True
+
+
 class PipelineLoader:
     """energon's basic loader over a wrapper pipeline (iterate it; `len()` is the rank's length)."""
 
@@ -150,10 +178,8 @@ class PipelineLoader:
         self.timeout = timeout or (
             watchdog_timeout_seconds if fail_on_timeout and watchdog_timeout_seconds else 0
         )
-        self._states: list = [None] * num_worker_slots(self.worker_config)
-        self._done: list = [False] * num_worker_slots(self.worker_config)
+        self._progress = _Progress(num_worker_slots(self.worker_config))
         self._restore: list | None = None
-        self._next = 0
         self._loader = None
         self._epoch_iter: Iterator | None = None
 
@@ -163,7 +189,12 @@ class PipelineLoader:
     def _data_loader(self) -> torch.utils.data.DataLoader:
         if self._loader is None:
             stream = _WorkerStream(
-                self.dataset, self._restore, list(self._done), self._next, self.gc_every, self.gc_freeze
+                self.dataset,
+                self._restore,
+                list(self._progress.done),
+                self._progress.next,
+                self.gc_every,
+                self.gc_freeze,
             )
             kwargs: dict[str, Any] = {}
             if self.num_workers > 0:
@@ -178,22 +209,10 @@ class PipelineLoader:
             self._loader = torch.utils.data.DataLoader(stream, batch_size=None, collate_fn=_as_is, **kwargs)
         return self._loader
 
-    def _epoch(self) -> Iterator[Any]:
-        slots = num_worker_slots(self.worker_config)
-        for k, state, done, item in self._data_loader():
-            if isinstance(item, _Skip):
-                continue
-            self._states[k], self._done[k] = state, done
-            self._next = (k + 1) % slots
-            if not isinstance(item, _EpochEnd):
-                yield item
-        self._next = 0
-        self._done = [False] * slots
-        self._epoch_iter = None
-
     def __iter__(self) -> Iterator[Any]:
-        if self._epoch_iter is None:  # an unfinished epoch continues (energon's persistent iterator)
-            self._epoch_iter = self._epoch()
+        if self._progress.epoch_over:  # an unfinished epoch continues (energon's persistent iterator)
+            self._progress.epoch_over = False
+            self._epoch_iter = _epoch_items(self._progress, self._data_loader())
         return self._epoch_iter
 
     def config(self) -> dict:
@@ -233,9 +252,9 @@ class SavablePipelineLoader(PipelineLoader):
     def save_state_rank(self) -> dict:
         return {
             "version": STATE_VERSION,
-            "worker_states": list(self._states),
-            "next_worker_id": self._next,
-            "worker_epoch_done": list(self._done),
+            "worker_states": list(self._progress.states),
+            "next_worker_id": self._progress.next,
+            "worker_epoch_done": list(self._progress.done),
             "micro_batch_size": self._micro_batch_size(),
         }
 
@@ -258,11 +277,11 @@ class SavablePipelineLoader(PipelineLoader):
                 f"{self._micro_batch_size()}"
             )
         self._restore = list(state["worker_states"])
-        self._states = list(self._restore)
+        self._progress.states = list(self._restore)
         done = [bool(d) for d in state["worker_epoch_done"]]
         # saved right after the last item of an epoch: the resumed run starts the next epoch
-        self._done = [False] * slots if all(done) else done
-        self._next = int(state["next_worker_id"])
+        self._progress.done = [False] * slots if all(done) else done
+        self._progress.next = int(state["next_worker_id"])
 
     def can_restore_sample(self) -> bool:
         return self.dataset.can_restore_sample()
