@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
-import socket
 
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.testing.ranks import run_gloo_ranks
 
 pytestmark = pytest.mark.distributed
 
 
 class RawTE(ea.DefaultTaskEncoder):
     decoder = None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank: int, port: int, root: str, out: str) -> None:
@@ -48,17 +41,7 @@ def _rank_main(rank: int, port: int, root: str, out: str) -> None:
 
 def test_two_gloo_ranks(prepared_root, tmp_path):
     out = str(tmp_path / "result.json")
-    port = _free_port()
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(r, port, prepared_root, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+    assert run_gloo_ranks(_rank_main, prepared_root, out) == [0, 0]
     with open(out) as f:
         r0, r1 = json.load(f)
     assert (r0["rank"], r0["world"], r1["rank"], r1["world"]) == (0, 2, 1, 2)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 
 import pytest
 
 import energon_arrow as ea
-from tests.loader.test_loader_distributed import _free_port
+from energon_arrow.testing.ranks import run_gloo_ranks
 from tests.loader.wrappers.conftest import core, take, wc
 
 pytestmark = pytest.mark.distributed
@@ -49,16 +48,7 @@ def _rank_main(rank: int, port: int, root: str, out: str) -> None:
 
 def test_global_state_round_trip_over_two_ranks(prepared_root, tmp_path):
     out = str(tmp_path / "result.json")
-    port = _free_port()
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(r, port, prepared_root, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=180)
-        if p.is_alive():
-            p.kill()
-    assert all(p.exitcode == 0 for p in procs)
+    assert run_gloo_ranks(_rank_main, prepared_root, out, timeout=180) == [0, 0]
     with open(out) as f:
         result = json.load(f)
     assert [r["same"] for r in result] == [True, True]
