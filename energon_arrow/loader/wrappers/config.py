@@ -12,7 +12,6 @@ from typing import Any
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.filestore import open_file_store
-from energon_arrow.loader.metadataset import is_metadataset, read_metadataset, subset_bounds
 from energon_arrow.loader.source import SplitSource, open_split
 from energon_arrow.loader.wrappers.core import SampleDataset
 from energon_arrow.samples.decoders import PartDecoder
@@ -79,27 +78,17 @@ class WebdatasetFactory:
 _NO_EFFECT = ("parallel_shard_iters",)
 
 
-def get_dataset_from_config(
-    path,
-    *,
-    dataset_config: str | None = None,
-    split_config: str | None = None,
-    split_part: str | None = None,
-    training: bool = True,
-    subflavors: dict | None = None,
-    worker_config,
+def _options(
     sample_type: type | None = None,
     shuffle_over_epochs: int | None = 1,
     parallel_shard_iters: int | None = None,
     max_samples_per_sequence: int | None = None,
     decoder: Any = _DEFAULT_DECODER,
-    storage_options: dict | None = None,
     trust_remote_code: bool = False,
     **unsupported,
-) -> WebdatasetFactory:
-    """The factory of split `split_part` (default "train") of the prepared dataset at `path` (energon's
-    get_dataset_from_config). `parallel_shard_iters` has no effect: a worker reads blocks of its range in a
-    planned order, not from parallel shard iterators."""
+) -> dict:
+    """energon's factory arguments, checked. `parallel_shard_iters` has no effect: a worker reads blocks of its
+    range in a planned order, not from parallel shard iterators, so the value cannot change which samples come."""
     if unsupported:
         raise LoaderError(
             f"get_dataset_from_config: unsupported argument(s) {sorted(unsupported)} "
@@ -110,8 +99,54 @@ def get_dataset_from_config(
             f"get_dataset_from_config: shuffle_over_epochs={shuffle_over_epochs} is not supported; every "
             "training epoch of a worker is one permutation of its samples (shuffle_over_epochs=1)"
         )
+    return dict(
+        sample_type=sample_type,
+        decoder=decoder,
+        max_samples_per_sequence=max_samples_per_sequence,
+        trust_remote_code=trust_remote_code,
+    )
+
+
+def _factory(source: SplitSource, training: bool, worker_config, options: dict) -> WebdatasetFactory:
+    sample_type = options["sample_type"]
+    factory = WebdatasetFactory(
+        source,
+        training=training,
+        worker_config=worker_config,
+        decoder=options["decoder"],
+        max_samples_per_sequence=options["max_samples_per_sequence"],
+        trust_remote_code=options["trust_remote_code"],
+    )
+    if sample_type is not None and not issubclass(factory.__sample_type__, sample_type):
+        raise LoaderError(
+            f"{source.name}: samples are {factory.__sample_type__.__name__}, not a subclass of "
+            f"{sample_type.__name__}"
+        )
+    return factory
+
+
+def _is_metadataset(path: str) -> bool:
+    return str(path).endswith((".yaml", ".yml"))
+
+
+def get_dataset_from_config(
+    path,
+    *,
+    dataset_config: str | None = None,
+    split_config: str | None = None,
+    split_part: str | None = None,
+    training: bool = True,
+    subflavors: dict | None = None,
+    worker_config,
+    storage_options: dict | None = None,
+    **options,
+) -> WebdatasetFactory:
+    """The factory of split `split_part` (default "train") of the prepared dataset at `path` (energon's
+    get_dataset_from_config; `options`: sample_type, shuffle_over_epochs, parallel_shard_iters,
+    max_samples_per_sequence, decoder, trust_remote_code)."""
+    checked = _options(**options)
     path = os.fspath(path) if isinstance(path, os.PathLike) else path
-    if is_metadataset(str(path)):
+    if _is_metadataset(str(path)):
         raise LoaderError(f"{path}: is a metadataset; use load_dataset(path).get_datasets(...)")
     if str(path).endswith(".jsonl"):
         raise LoaderError(f"{path}: crude JSONL datasets are not supported by get_dataset_from_config yet")
@@ -123,20 +158,31 @@ def get_dataset_from_config(
         dataset_yaml=dataset_config or "dataset.yaml",
         split_config=split_config or "split.yaml",
     )
-    factory = WebdatasetFactory(
-        source,
-        training=training,
-        worker_config=worker_config,
-        decoder=decoder,
-        max_samples_per_sequence=max_samples_per_sequence,
-        trust_remote_code=trust_remote_code,
-    )
-    if sample_type is not None and not issubclass(factory.__sample_type__, sample_type):
-        raise LoaderError(
-            f"{source.name}: samples are {factory.__sample_type__.__name__}, not a subclass of "
-            f"{sample_type.__name__}"
+    return _factory(source, training, worker_config, checked)
+
+
+def metadataset_sources(
+    path: str, split_part: str, subflavors: dict | None, storage_options: dict | None
+) -> tuple[str, list[tuple[SplitSource, float, float]]]:
+    """(mode, [(source, weight, repetitions)]) of a metadataset split: subsets, subflavors and aux applied.
+    mode: "single", "blend" or "blend_epochized"."""
+    from energon_arrow.loader.metadataset import read_metadataset, subset_bounds
+
+    mds = read_metadataset(path, split_part, storage_options)
+    out = []
+    for e in mds.entries:
+        src = open_split(
+            e.path,
+            e.split_part or split_part,
+            storage_options,
+            {**(e.subflavors or {}), **(subflavors or {})},
         )
-    return factory
+        start, end = subset_bounds(e.subset, len(src), src.name)
+        if (start, end) != (0, len(src)):
+            src = src.subset(start, end)
+        src.aux = {n: open_file_store(ref, storage_options) for n, ref in e.aux.items()}
+        out.append((src, e.weight, e.repetitions))
+    return mds.mode, out
 
 
 # ---- load_dataset ------------------------------------------------------------------------------------------
@@ -193,43 +239,30 @@ class DatasetLoader:
                 f"shuffle_over_epochs_multiplier={shuffle_over_epochs_multiplier} is not supported "
                 "(each training epoch is one permutation)"
             )
-        common = dict(
-            training=training, worker_config=worker_config, trust_remote_code=self.trust_remote_code
-        )
-        if not is_metadataset(self.path):
+        if not _is_metadataset(self.path):
             factory = get_dataset_from_config(
                 self.path,
                 split_part=split_part,
+                training=training,
+                worker_config=worker_config,
                 subflavors=subflavors,
                 storage_options=self.storage_options,
-                **common,
+                trust_remote_code=self.trust_remote_code,
                 **kwargs,
             )
             return LoadedDatasetList([LoadedDataset(factory)], DatasetBlendMode.NONE)
-        mds = read_metadataset(self.path, split_part, self.storage_options)
-        out = []
-        for e in mds.entries:
-            factory = get_dataset_from_config(
-                e.path,
-                split_part=e.split_part or split_part,
-                subflavors={**(e.subflavors or {}), **(subflavors or {})},
-                storage_options=self.storage_options,
-                **common,
-                **kwargs,
+        options = _options(trust_remote_code=self.trust_remote_code, **kwargs)
+        mode, sources = metadataset_sources(self.path, split_part, subflavors, self.storage_options)
+        out = [
+            LoadedDataset(
+                _factory(src, training, worker_config, options),
+                weight=weight if mode == "blend" else None,
+                repetitions=repetitions if mode == "blend_epochized" else None,
+                aux=src.aux or None,
             )
-            start, end = subset_bounds(e.subset, len(factory.source), factory.source.name)
-            if (start, end) != (0, len(factory.source)):
-                factory.source = factory.source.subset(start, end)
-            factory.source.aux = {n: open_file_store(ref, self.storage_options) for n, ref in e.aux.items()}
-            out.append(
-                LoadedDataset(
-                    factory,
-                    weight=e.weight if mds.mode == "blend" else None,
-                    repetitions=e.repetitions if mds.mode == "blend_epochized" else None,
-                    aux=factory.source.aux or None,
-                )
-            )
-        return LoadedDatasetList(out, _MODES[mds.mode])
+            for src, weight, repetitions in sources
+        ]
+        return LoadedDatasetList(out, _MODES[mode])
 
 
 def load_dataset(path, **kwargs) -> DatasetLoader:
