@@ -5,7 +5,8 @@ worker sends every item together with its pipeline state right after it (`save_s
 always holds, per worker, the exact state after the last item it handed to the caller: `save_state_rank()` is
 exact whatever the prefetching, and `restore_state_rank()` resumes every worker there. The DataLoader serves
 workers round-robin; in a restored run, the workers whose turn in the interrupted round was already taken
-first fill that turn with a placeholder the loader drops, so the round continues with the worker that was next. With 0 workers the pipeline runs in the main process, the same way.
+first fill that turn with a placeholder the loader drops, so the round continues with the worker that was
+next. With 0 workers the pipeline runs in the main process, the same way.
 """
 
 from __future__ import annotations
