@@ -11,6 +11,7 @@ next. With 0 workers the pipeline runs in the main process, the same way.
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Iterator
 from typing import Any
@@ -48,12 +49,11 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         done: list,
         next_worker: int,
         gc_every: int,
-        gc_freeze: bool,
     ):
         self.dataset = dataset
         self.restore, self.done = restore, done
         self.next_worker = next_worker
-        self.gc_every, self.gc_freeze = gc_every, gc_freeze
+        self.gc_every = gc_every
         self._started = False
 
     def _start(self, k: int) -> bool:
@@ -61,8 +61,6 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         if self._started:
             return False
         self._started = True
-        if self.gc_freeze and self.in_worker:
-            gc.freeze()  # the heap inherited from the parent is never collected (nor copied by the collector)
         if self.restore is None:
             return False
         state = self.restore[k]
@@ -107,9 +105,14 @@ def _as_is(item):
     return item
 
 
-def _init_worker(_worker_id: int) -> None:
-    """A forked worker inherits the parent's live DataLoader iterators (other loaders'); mark them shut down
-    so that the worker does not try to stop the parent's workers when it exits."""
+def _init_worker(freeze: bool, _worker_id: int) -> None:
+    """A forked worker inherits the parent's heap, with other loaders' live DataLoader iterators: collecting
+    those in the worker would try to stop the parent's workers. Frozen (`gc_freeze_at_start`), the inherited
+    heap is never collected (nor touched, so not copied, by the collector); unfrozen, the iterators are marked
+    shut down."""
+    if freeze:
+        gc.freeze()
+        return
     cls = torch.utils.data.dataloader._MultiProcessingDataLoaderIter
     for obj in gc.get_objects():
         if type(obj) is cls:
@@ -195,7 +198,6 @@ class PipelineLoader:
                 list(self._progress.done),
                 self._progress.next,
                 self.gc_every,
-                self.gc_freeze,
             )
             kwargs: dict[str, Any] = {}
             if self.num_workers > 0:
@@ -205,7 +207,7 @@ class PipelineLoader:
                     persistent_workers=True,
                     timeout=self.timeout,
                     multiprocessing_context="fork",
-                    worker_init_fn=_init_worker,
+                    worker_init_fn=functools.partial(_init_worker, self.gc_freeze),
                 )
             self._loader = torch.utils.data.DataLoader(stream, batch_size=None, collate_fn=_as_is, **kwargs)
         return self._loader
