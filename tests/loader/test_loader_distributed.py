@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import energon_arrow as ea
@@ -16,34 +14,19 @@ class RawTE(ea.DefaultTaskEncoder):
     decoder = None
 
 
-def _rank_main(rank: int, port: int, root: str, out: str) -> None:
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        wc = ea.WorkerConfig.default_worker_config(num_workers=1)
-        train = ea.get_train_dataset(root, worker_config=wc, batch_size=3, task_encoder=RawTE())
-        it = iter(ea.get_loader(train))
-        train_keys = [next(it).__key__ for _ in range(5)]
-        it.close()
-        val = ea.get_val_dataset(root, worker_config=wc, batch_size=4, task_encoder=RawTE())
-        val_keys = [k for b in ea.get_loader(val) for k in b.__key__]
-        gathered = [None, None]
-        dist.all_gather_object(
-            gathered, {"rank": wc.rank, "world": wc.world_size, "train": train_keys, "val": val_keys}
-        )
-        if rank == 0:
-            with open(out, "w") as f:
-                json.dump(gathered, f)
-    finally:
-        dist.destroy_process_group()
+def _rank_main(rank: int, root: str) -> dict:
+    wc = ea.WorkerConfig.default_worker_config(num_workers=1)
+    train = ea.get_train_dataset(root, worker_config=wc, batch_size=3, task_encoder=RawTE())
+    it = iter(ea.get_loader(train))
+    train_keys = [next(it).__key__ for _ in range(5)]
+    it.close()
+    val = ea.get_val_dataset(root, worker_config=wc, batch_size=4, task_encoder=RawTE())
+    val_keys = [k for b in ea.get_loader(val) for k in b.__key__]
+    return {"rank": wc.rank, "world": wc.world_size, "train": train_keys, "val": val_keys}
 
 
-def test_two_gloo_ranks(prepared_root, tmp_path):
-    out = str(tmp_path / "result.json")
-    assert run_gloo_ranks(_rank_main, prepared_root, out) == [0, 0]
-    with open(out) as f:
-        r0, r1 = json.load(f)
+def test_two_gloo_ranks(prepared_root):
+    r0, r1 = run_gloo_ranks(_rank_main, prepared_root)
     assert (r0["rank"], r0["world"], r1["rank"], r1["world"]) == (0, 2, 1, 2)
     # the global batch (6) of a single process equals rank 0's slice followed by rank 1's
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
