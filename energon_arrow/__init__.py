@@ -18,6 +18,31 @@ _LOADER_EXPORTS = {
     "AugmentTaskEncoder": "energon_arrow.loader.energon_api",
     "get_val_datasets": "energon_arrow.loader.energon_api",
     "SavableDataLoader": "energon_arrow.loader.energon_api",
+    # energon's wrapper datasets and dataset-building API (energon's meaning of BatchDataset: the wrapper;
+    # the fast batched loader dataset stays energon_arrow.loader.BatchDataset)
+    **{
+        name: "energon_arrow.loader.wrappers"
+        for name in (
+            "BatchDataset",
+            "BlendDataset",
+            "ConcatDataset",
+            "DatasetLoader",
+            "EpochizeDataset",
+            "FilterDataset",
+            "GcDataset",
+            "GroupBatchDataset",
+            "IterMapDataset",
+            "LimitDataset",
+            "LogSampleDataset",
+            "MapDataset",
+            "MixBatchDataset",
+            "RepeatDataset",
+            "SavableDataset",
+            "ShuffleBufferDataset",
+            "get_dataset_from_config",
+            "load_dataset",
+        )
+    },
     "Batch": "energon_arrow.samples",
     "CaptioningSample": "energon_arrow.samples",
     "Cooker": "energon_arrow.samples",

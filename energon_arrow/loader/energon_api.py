@@ -26,6 +26,7 @@ from energon_arrow.loader.savable_loader import BasicLoader, SavableLoader
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
 from energon_arrow.loader.worker_config import WorkerConfig
+from energon_arrow.loader.wrappers.savable_loader import PipelineLoader, SavablePipelineLoader, is_pipeline
 
 #: energon's name of the savable loader class (for type hints and isinstance checks)
 SavableDataLoader = SavableLoader
@@ -199,6 +200,17 @@ def get_loader(
     timeout: float = 0,
 ) -> BasicLoader:
     """A loader over `dataset` (energon's get_loader). `timeout` (ours): seconds a worker may take per batch."""
+    if is_pipeline(dataset):  # energon wrapper pipelines (MapDataset, ...): loader/wrappers/
+        return PipelineLoader(
+            dataset,
+            worker_config=worker_config,
+            prefetch_factor=prefetch_factor,
+            cache_pool=cache_pool,
+            watchdog_timeout_seconds=watchdog_timeout_seconds,
+            watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
+            fail_on_timeout=fail_on_timeout,
+            timeout=timeout,
+        )
     _check_loader_worker_config(dataset, worker_config, "get_loader")
     check_cache_pool(cache_pool, "get_loader")
     return BasicLoader(
@@ -228,6 +240,21 @@ def get_savable_loader(
 ) -> SavableLoader:
     """A loader whose position can be saved and restored (energon's get_savable_loader). The checkpoint and gc
     arguments are accepted with no effect: the state is exact after every batch (docs/migration.md)."""
+    if is_pipeline(dataset):  # energon wrapper pipelines (MapDataset, ...): loader/wrappers/
+        return SavablePipelineLoader(
+            dataset,
+            worker_config=worker_config,
+            checkpoint_every_sec=checkpoint_every_sec,
+            checkpoint_every_min_n_samples=checkpoint_every_min_n_samples,
+            n_checkpoints=n_checkpoints,
+            gc_collect_every_n_steps=gc_collect_every_n_steps,
+            prefetch_factor=prefetch_factor,
+            cache_pool=cache_pool,
+            watchdog_timeout_seconds=watchdog_timeout_seconds,
+            watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
+            fail_on_timeout=fail_on_timeout,
+            timeout=timeout,
+        )
     _check_loader_worker_config(dataset, worker_config, "get_savable_loader")
     check_cache_pool(cache_pool, "get_savable_loader")
     return SavableLoader(

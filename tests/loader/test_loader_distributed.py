@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import multiprocessing
-import socket
-
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.testing.ranks import run_gloo_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -17,55 +14,19 @@ class RawTE(ea.DefaultTaskEncoder):
     decoder = None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _rank_main(rank: int, root: str) -> dict:
+    wc = ea.WorkerConfig.default_worker_config(num_workers=1)
+    train = ea.get_train_dataset(root, worker_config=wc, batch_size=3, task_encoder=RawTE())
+    it = iter(ea.get_loader(train))
+    train_keys = [next(it).__key__ for _ in range(5)]
+    it.close()
+    val = ea.get_val_dataset(root, worker_config=wc, batch_size=4, task_encoder=RawTE())
+    val_keys = [k for b in ea.get_loader(val) for k in b.__key__]
+    return {"rank": wc.rank, "world": wc.world_size, "train": train_keys, "val": val_keys}
 
 
-def _rank_main(rank: int, port: int, root: str, out: str) -> None:
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        wc = ea.WorkerConfig.default_worker_config(num_workers=1)
-        train = ea.get_train_dataset(root, worker_config=wc, batch_size=3, task_encoder=RawTE())
-        it = iter(ea.get_loader(train))
-        train_keys = [next(it).__key__ for _ in range(5)]
-        it.close()
-        val = ea.get_val_dataset(root, worker_config=wc, batch_size=4, task_encoder=RawTE())
-        val_keys = [k for b in ea.get_loader(val) for k in b.__key__]
-        gathered = [None, None]
-        dist.all_gather_object(
-            gathered, {"rank": wc.rank, "world": wc.world_size, "train": train_keys, "val": val_keys}
-        )
-        if rank == 0:
-            with open(out, "w") as f:
-                json.dump(gathered, f)
-    finally:
-        dist.destroy_process_group()
-
-
-def run_two_ranks(target, root: str, tmp_path) -> list:
-    """Run target(rank, port, root, out) in two forked processes; the JSON that rank 0 wrote to `out`."""
-    out = str(tmp_path / "result.json")
-    port = _free_port()
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=target, args=(r, port, root, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
-    with open(out) as f:
-        return json.load(f)
-
-
-def test_two_gloo_ranks(prepared_root, tmp_path):
-    r0, r1 = run_two_ranks(_rank_main, prepared_root, tmp_path)
+def test_two_gloo_ranks(prepared_root):
+    r0, r1 = run_gloo_ranks(_rank_main, prepared_root)
     assert (r0["rank"], r0["world"], r1["rank"], r1["world"]) == (0, 2, 1, 2)
     # the global batch (6) of a single process equals rank 0's slice followed by rank 1's
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)

@@ -3,12 +3,11 @@ on one rank, and restored either from the whole list on every rank or scattered 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import energon_arrow as ea
-from tests.loader.test_loader_distributed import RawTE, run_two_ranks
+from energon_arrow.testing.ranks import run_gloo_ranks
+from tests.loader.test_loader_distributed import RawTE
 
 pytestmark = pytest.mark.distributed
 
@@ -20,42 +19,33 @@ def _keys(loader, n):
     return out
 
 
-def _rank_main(rank: int, port: int, root: str, out: str) -> None:
+def _rank_main(rank: int, root: str) -> dict:
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        wc = ea.WorkerConfig.default_worker_config(num_workers=0)
+    wc = ea.WorkerConfig.default_worker_config(num_workers=0)
 
-        def loader():
-            ds = ea.get_train_dataset(root, worker_config=wc, batch_size=3, task_encoder=RawTE())
-            return ea.get_savable_loader(ds)
+    def loader():
+        ds = ea.get_train_dataset(root, worker_config=wc, batch_size=3, task_encoder=RawTE())
+        return ea.get_savable_loader(ds)
 
-        ref = _keys(loader(), 6)[3:]
-        first = loader()
-        _keys(first, 3)
-        states = first.save_state_global(global_dst_rank=0)
-        everywhere = [None, None]
-        dist.all_gather_object(everywhere, states)  # rank 0's gathered list, shared for the first restore
-        from_list = loader()
-        from_list.restore_state_global(everywhere[0])
-        scattered = loader()
-        scattered.restore_state_global(states if rank == 0 else None, src_rank=0)
-        result = {
-            "gathered": states is not None and len(states),
-            "list": _keys(from_list, 3) == ref,
-            "scatter": _keys(scattered, 3) == ref,
-        }
-        results = [None, None]
-        dist.all_gather_object(results, result)
-        if rank == 0:
-            with open(out, "w") as f:
-                json.dump(results, f)
-    finally:
-        dist.destroy_process_group()
+    ref = _keys(loader(), 6)[3:]
+    first = loader()
+    _keys(first, 3)
+    states = first.save_state_global(global_dst_rank=0)
+    everywhere = [None, None]
+    dist.all_gather_object(everywhere, states)  # rank 0's gathered list, shared for the first restore
+    from_list = loader()
+    from_list.restore_state_global(everywhere[0])
+    scattered = loader()
+    scattered.restore_state_global(states if rank == 0 else None, src_rank=0)
+    return {
+        "gathered": states is not None and len(states),
+        "list": _keys(from_list, 3) == ref,
+        "scatter": _keys(scattered, 3) == ref,
+    }
 
 
-def test_state_global_two_ranks(prepared_root, tmp_path):
-    r0, r1 = run_two_ranks(_rank_main, prepared_root, tmp_path)
+def test_state_global_two_ranks(prepared_root):
+    r0, r1 = run_gloo_ranks(_rank_main, prepared_root)
     assert r0 == {"gathered": 2, "list": True, "scatter": True}
     assert r1 == {"gathered": False, "list": True, "scatter": True}

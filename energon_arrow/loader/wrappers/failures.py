@@ -1,0 +1,50 @@
+"""Consecutive-failure tracking of the user functions wrappers call (energon's ErrorContext semantics).
+
+A failing function call is handed to the worker config's `global_error_handler` (default: log it) and the sample
+is dropped; `SkipSample` drops it silently; `tolerance` failures in a row raise `FatalSampleError` (0: never).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+from energon_arrow.samples.errors import SkipSample, log_exception
+
+
+class FatalSampleError(RuntimeError):
+    """Too many consecutive failures of one user function: the code or the data is likely broken."""
+
+
+def _sources(sample: Any) -> list | None:
+    src = sample.get("__sources__") if isinstance(sample, dict) else getattr(sample, "__sources__", None)
+    return list(src) if src is not None else None
+
+
+class ErrorContext:
+    def __init__(self, name: str, worker_config, tolerance: int = 100):
+        self.name = name
+        self.tolerance = tolerance
+        self.handler = getattr(worker_config, "global_error_handler", None) or log_exception
+        self.failures = 0
+
+    def reset(self) -> None:
+        self.failures = 0
+
+    @contextmanager
+    def handle_errors(self, sample: Any):
+        try:
+            yield
+            self.failures = 0
+        except (GeneratorExit, KeyboardInterrupt, SystemExit, MemoryError):
+            raise
+        except SkipSample:
+            pass
+        except Exception as exc:
+            self.handler(exc, sample, _sources(sample))
+            self.failures += 1
+            if self.tolerance > 0 and self.failures >= self.tolerance:
+                raise FatalSampleError(
+                    f"{self.name} failed {self.failures} times in a row; likely the code or the dataset is "
+                    f"broken (last: {exc!r})"
+                ) from exc
