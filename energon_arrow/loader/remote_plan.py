@@ -129,3 +129,26 @@ def first_use(window: np.ndarray, batch_of_range: np.ndarray, n_windows: int) ->
     out = np.full(n_windows, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(out, window, batch_of_range)
     return out
+
+
+def covering_window(
+    shard: np.ndarray,
+    offset: np.ndarray,
+    size: np.ndarray,
+    w_shard: np.ndarray,
+    w_start: np.ndarray,
+    w_end: np.ndarray,
+) -> np.ndarray:
+    """For each range, the index of a window (w_shard, [w_start, w_end)) that holds it whole, or -1. Where
+    windows overlap, only the one starting last at or before the range is considered."""
+    out = np.full(len(shard), -1, np.int64)
+    if not len(shard) or not len(w_shard):
+        return out
+    w_key = np.asarray(w_shard, np.int64) * SHARD_STRIDE + np.asarray(w_start, np.int64)
+    order = np.argsort(w_key, kind="stable")
+    key = np.asarray(shard, np.int64) * SHARD_STRIDE + np.asarray(offset, np.int64)
+    j = np.searchsorted(w_key[order], key, side="right") - 1
+    cand = order[np.maximum(j, 0)]
+    ok = (j >= 0) & (w_shard[cand] == shard) & (w_end[cand] >= offset + size)
+    out[ok] = cand[ok]
+    return out

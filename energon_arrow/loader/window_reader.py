@@ -4,7 +4,8 @@ The dataset announces each batch's rows when it plans the batch (ahead of readin
 announced batches are planned together (remote_plan.plan_windows) and their windows are fetched in the
 background, earliest needed first, while the bytes fetched or held stay within the per-worker byte budget (the
 windows the batch being read needs are always fetched). `read(rows)` serves the oldest announced batch from its
-windows as zero-copy views, then drops every window no later batch of its plan uses. Failed GETs are retried by
+windows as zero-copy views, then drops every window no later batch uses (windows of a plan are kept until
+the next plan has been made while batches wait to be planned: that plan may read from them). Failed GETs are retried by
 the adapters (fetch_groups); every window of one shard comes from one version of the object (ETag pins).
 """
 
@@ -19,7 +20,13 @@ import numpy as np
 
 from energon_arrow.adapters.fetch import fetch_groups
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.remote_plan import RemoteReadSettings, first_use, last_use, plan_windows
+from energon_arrow.loader.remote_plan import (
+    RemoteReadSettings,
+    covering_window,
+    first_use,
+    last_use,
+    plan_windows,
+)
 from energon_arrow.loader.source import SplitSource
 
 
@@ -66,7 +73,8 @@ class WindowReader:
                 self._submit(None)
 
     def _plan(self) -> None:
-        """Plan every announced batch: one set of windows for all of them."""
+        """Plan every announced batch: ranges that live windows (of earlier plans) hold are read from them, the
+        others get new windows, one set for all these batches."""
         if not self._announced:
             return
         seqs, rows = zip(*self._announced)
@@ -75,11 +83,24 @@ class WindowReader:
         allrows = np.concatenate(rows)
         src = self.src
         shard, offset, size = src.shard_id[allrows], src.byte_offset[allrows], src.byte_size[allrows]
-        s = self.settings
-        plan = plan_windows(shard, offset, size, s.max_overread, s.max_window)
         batch_of = np.repeat(np.asarray(seqs, np.int64), counts)
+        window = np.empty(len(allrows), np.int64)
+        inner = np.empty(len(allrows), np.int64)
+        live = np.fromiter(self._windows, np.int64, len(self._windows))
+        wins = [self._windows[w] for w in live.tolist()]
+        ws, wa, wb = (np.array([getattr(w, f) for w in wins], np.int64) for f in ("shard", "start", "end"))
+        held = covering_window(shard, offset, size, ws, wa, wb)
+        old = held >= 0
+        window[old] = live[held[old]]
+        inner[old] = offset[old] - wa[held[old]]
+        for w, seq in zip(window[old].tolist(), batch_of[old].tolist()):
+            win = self._windows[w]
+            win.last = max(win.last, seq)
+        new = ~old
+        s = self.settings
+        plan = plan_windows(shard[new], offset[new], size[new], s.max_overread, s.max_window)
         n = plan.start.size
-        first, last = first_use(plan.window, batch_of, n), last_use(plan.window, batch_of, n)
+        first, last = first_use(plan.window, batch_of[new], n), last_use(plan.window, batch_of[new], n)
         base = self._next_wid
         self._next_wid += n
         for w, (sh, a, b, f, la) in enumerate(
@@ -87,10 +108,13 @@ class WindowReader:
         ):
             self._windows[base + w] = _Window(sh, a, b, f, la)
         self._waiting.extend(int(w) + base for w in np.argsort(first, kind="stable"))
+        window[new] = plan.window + base
+        inner[new] = plan.inner
         bounds = np.r_[0, np.cumsum(counts)]
         for i, seq in enumerate(seqs):
             lo, hi = bounds[i], bounds[i + 1]
-            self._batches[seq] = (rows[i], plan.window[lo:hi] + base, plan.inner[lo:hi], size[lo:hi])
+            self._batches[seq] = (rows[i], window[lo:hi], inner[lo:hi], size[lo:hi])
+        self._release()
 
     def _submit(self, need: int | None) -> None:
         """Start fetching waiting windows in first-use order while the byte budget allows; the windows of
@@ -132,13 +156,15 @@ class WindowReader:
         buffers = {w: memoryview(f.result()) for w, f in futures.items()}
         out = [buffers[w][a : a + n] for w, a, n in zip(windows.tolist(), inner.tolist(), size.tolist())]
         with self._lock:
-            for w in futures:
-                win = self._windows[w]
-                if win.last <= seq:
-                    del self._windows[w]
-                    self._held -= win.nbytes
+            if not self._announced:  # else kept until the next plan, which may read from them
+                self._release()
             self._submit(None)
         return out
+
+    def _release(self) -> None:
+        """Drop the windows whose batches were all read."""
+        for w in [w for w, win in self._windows.items() if win.last < self._next_read]:
+            self._held -= self._windows.pop(w).nbytes
 
     def close(self) -> None:
         if self._pool is not None:
