@@ -157,3 +157,35 @@ def test_cache_second_epoch_sends_no_request(prepared_root, s3_dataset, s3_serve
     # the cached copies are the shards
     src = ds.sources[0]
     assert np.all(src.byte_size > 0)
+
+
+def _savable(root, workers, options=None):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    ds = ea.get_train_dataset(
+        root,
+        worker_config=wc,
+        batch_size=4,
+        shuffle_buffer_size=10,
+        max_samples_per_sequence=8,
+        task_encoder=RawTE(),
+        storage_options=options,
+    )
+    return ea.get_savable_loader(ds)
+
+
+def _take(loader, n):
+    it = iter(loader)
+    out = [list(next(it).__key__) for _ in range(n)]
+    it.close()
+    return out
+
+
+def test_resume_over_s3_matches_local(prepared_root, s3_dataset, s3_server):
+    total = 40  # crosses the epoch boundary (30 batches per epoch)
+    ref = _take(_savable(prepared_root, 2), total)
+    first = _savable(s3_dataset, 2, s3_server.storage_options)
+    got = _take(first, 17)
+    second = _savable(s3_dataset, 1, s3_server.storage_options)
+    second.restore_state_rank(first.save_state_rank())
+    got += _take(second, total - 17)
+    assert got == ref
