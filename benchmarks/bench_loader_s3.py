@@ -10,6 +10,8 @@
 - bytes fetched per byte needed, counted by a loopback proxy (energon_arrow.testing.faultproxy) in front of the
   server in an untimed epoch, without and with the cache (target: at most 1.1x without it, reported as
   needed / fetched >= 0.91).
+
+A bar chart of the epoch medians (local, S3, S3 + cache, energon over msc://) goes to results/loader_s3.svg.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import statistics
 import tempfile
 import time
 
+from benchmarks.bench_images import _svg
 from benchmarks.bench_loader import BATCH, WORKERS, _dataset, _train_dataset
-from benchmarks.harness import Comparison
+from benchmarks.harness import RESULTS_DIR, Comparison
 
 _MSC_PROFILE = "ea-bench"
 
@@ -131,6 +134,18 @@ def run(args) -> list[Comparison]:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     per_sample = shard_bytes / samples / 1e6  # MB of shard per sample
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    median = {k: statistics.median(v) for k, v in sides.items()}
+    _svg(
+        [
+            ("energon-arrow, local disk", median["local"]),
+            ("energon-arrow, s3://", median["s3"]),
+            ("energon-arrow, s3:// + local_cache, 2nd epoch", median["cached"]),
+            ("energon 7.4.1, msc://", median["msc"]),
+        ],
+        os.path.join(RESULTS_DIR, "loader_s3.svg"),
+        f"epoch samples/s, {shards}x{per_shard}, batch {BATCH}, {WORKERS} workers (medians)",
+    )
     setup = f"{shards}x{per_shard}, raw bytes, batch {BATCH}, {WORKERS} workers"
     return [
         Comparison(
