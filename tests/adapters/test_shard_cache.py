@@ -108,7 +108,7 @@ def _fill_in_child(store, rel, barrier, results):
 def test_concurrent_fills_by_two_processes_fetch_once(s3_server, tmp_path):
     bucket = s3_server.create_bucket("ea-cache")
     data = os.urandom(3 * 1024 * 1024 + 17)
-    s3_server.client().put_object(Bucket=bucket, Key="c/shard.tar", Body=data)
+    open_storage(f"s3://{bucket}/c", s3_server.storage_options).write_atomic("shard.tar", data)  # retried
     with FaultProxy(s3_server.endpoint_url) as proxy:
         options = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
         store = open_storage(f"s3://{bucket}/c", {**options, "local_cache": str(tmp_path / "c")})
