@@ -93,9 +93,10 @@ class WindowReader:
         old = held >= 0
         window[old] = live[held[old]]
         inner[old] = offset[old] - wa[held[old]]
-        for w, seq in zip(window[old].tolist(), batch_of[old].tolist()):
-            win = self._windows[w]
-            win.last = max(win.last, seq)
+        if old.any():  # reused windows now live until the last batch of this plan that reads them
+            ids, inv = np.unique(window[old], return_inverse=True)
+            for w, seq in zip(ids.tolist(), last_use(inv, batch_of[old], ids.size).tolist()):
+                self._windows[w].last = max(self._windows[w].last, seq)
         new = ~old
         s = self.settings
         plan = plan_windows(shard[new], offset[new], size[new], s.max_overread, s.max_window)

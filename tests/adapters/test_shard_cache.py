@@ -127,3 +127,19 @@ def test_concurrent_fills_by_two_processes_fetch_once(s3_server, tmp_path):
         gets = [r for r in proxy.requests if r[0] == "GET"]
         assert len(gets) == 1  # one 8 MiB-block stream, fetched by one of the two processes
         assert len(ShardCache(store.local_cache).entries()) == 1
+
+
+@pytest.mark.s3
+def test_fill_retries_transient_faults(s3_server, tmp_path):
+    from energon_arrow.adapters import RetryPolicy
+
+    bucket = s3_server.create_bucket("ea-cache")
+    data = os.urandom(100_000)
+    open_storage(f"s3://{bucket}/f", s3_server.storage_options).write_atomic("shard.tar", data)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        options = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+        fast = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
+        store = open_storage(f"s3://{bucket}/f", {**options, "local_cache": str(tmp_path / "c")}, retry=fast)
+        proxy.inject("slowdown", "reset", "error500")
+        assert _read(ShardCache(store.local_cache).local_copy(store, "shard.tar")) == data
+        assert sum(1 for r in proxy.requests if r[3] != "forwarded") == 3
