@@ -195,16 +195,18 @@ class ShardCache:
                 os.unlink(tmp)
 
     def entries(self) -> list[tuple[str, int, float]]:
-        """(path, size, last use) of every entry."""
+        """(path, size, last use) of every entry (temporary files of fills abandoned long ago are deleted)."""
         out = []
         for folder in os.scandir(self.spec.path):
             if not folder.is_dir():
                 continue
             for e in os.scandir(folder.path):
-                if _parse_entry(e.name) is not None:
-                    with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError):
+                    if _parse_entry(e.name) is not None:
                         st = e.stat()
                         out.append((e.path, st.st_size, st.st_mtime))
+                    elif e.name.startswith(".tmp-") and time.time() - e.stat().st_mtime > FILL_TIMEOUT:
+                        os.unlink(e.path)  # left by a process that died while filling
         return out
 
     def _evict(self, keep: str) -> None:
