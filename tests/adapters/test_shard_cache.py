@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -106,12 +107,15 @@ def _fill_in_child(store, rel, barrier, results):
 
 @pytest.mark.s3
 def test_concurrent_fills_by_two_processes_fetch_once(s3_server, tmp_path):
-    bucket = s3_server.create_bucket("ea-cache")
+    bucket = s3_server.create_bucket("ea-tests")  # one bucket: the test server has room for few (-volume.max)
+    prefix = uuid.uuid4().hex[:12]
     data = os.urandom(3 * 1024 * 1024 + 17)
-    open_storage(f"s3://{bucket}/c", s3_server.storage_options).write_atomic("shard.tar", data)  # retried
+    open_storage(f"s3://{bucket}/{prefix}", s3_server.storage_options).write_atomic(
+        "shard.tar", data
+    )  # retried
     with FaultProxy(s3_server.endpoint_url) as proxy:
         options = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
-        store = open_storage(f"s3://{bucket}/c", {**options, "local_cache": str(tmp_path / "c")})
+        store = open_storage(f"s3://{bucket}/{prefix}", {**options, "local_cache": str(tmp_path / "c")})
         ctx = multiprocessing.get_context("fork")
         barrier, results = ctx.Barrier(2), ctx.Queue()
         procs = [
@@ -133,13 +137,16 @@ def test_concurrent_fills_by_two_processes_fetch_once(s3_server, tmp_path):
 def test_fill_retries_transient_faults(s3_server, tmp_path):
     from energon_arrow.adapters import RetryPolicy
 
-    bucket = s3_server.create_bucket("ea-cache")
+    bucket = s3_server.create_bucket("ea-tests")  # one bucket: the test server has room for few (-volume.max)
+    prefix = uuid.uuid4().hex[:12]
     data = os.urandom(100_000)
-    open_storage(f"s3://{bucket}/f", s3_server.storage_options).write_atomic("shard.tar", data)
+    open_storage(f"s3://{bucket}/{prefix}", s3_server.storage_options).write_atomic("shard.tar", data)
     with FaultProxy(s3_server.endpoint_url) as proxy:
         options = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
         fast = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
-        store = open_storage(f"s3://{bucket}/f", {**options, "local_cache": str(tmp_path / "c")}, retry=fast)
+        store = open_storage(
+            f"s3://{bucket}/{prefix}", {**options, "local_cache": str(tmp_path / "c")}, retry=fast
+        )
         proxy.inject("slowdown", "reset", "error500")
         assert _read(ShardCache(store.local_cache).local_copy(store, "shard.tar")) == data
         assert sum(1 for r in proxy.requests if r[3] != "forwarded") == 3

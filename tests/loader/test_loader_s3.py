@@ -27,7 +27,7 @@ class RawTE(ea.DefaultTaskEncoder):
 @pytest.fixture(scope="module")
 def s3_dataset(s3_server):
     """The loader conftest's dataset written to and prepared on S3: (url, bucket, prefix)."""
-    bucket = s3_server.create_bucket("ea-loader")
+    bucket = s3_server.create_bucket("ea-tests")  # one bucket: the test server has room for few (-volume.max)
     prefix = uuid.uuid4().hex[:12]
     url = f"s3://{bucket}/{prefix}"
     options = s3_server.storage_options
