@@ -103,6 +103,28 @@ def test_few_large_gets_and_no_overread(prepared_root, s3_dataset, s3_server):
         assert needed <= _range_bytes(gets) <= 1.1 * needed
 
 
+def test_two_workers_stay_within_the_overread_budget(s3_dataset, s3_server):
+    """Batches alternate between workers, so each needs every other sample of a block: the default budget
+    (max_overread 1.0) lets each fetch whole blocks, at most 2x its own bytes."""
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
+        ds = ea.get_train_dataset(
+            s3_dataset,
+            worker_config=wc,
+            batch_size=4,
+            max_samples_per_sequence=8,
+            task_encoder=RawTE(),
+            repeat=False,
+            storage_options=_options(proxy.endpoint_url),
+        )
+        needed = int(ds.sources[0].byte_size.sum())
+        proxy.reset_counts()
+        assert sum(len(b.__key__) for b in ea.get_loader(ds)) == EPOCH
+        gets = [r for r in proxy.requests if r[0] == "GET"]
+        assert needed <= _range_bytes(gets) <= 2 * needed
+        assert len(gets) < EPOCH // 4  # fewer GETs than batches
+
+
 def test_faults_are_retried_and_batches_unchanged(prepared_root, s3_dataset, s3_server):
     local = _batches(prepared_root, 0, 12)
     with FaultProxy(s3_server.endpoint_url) as proxy:
