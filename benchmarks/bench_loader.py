@@ -53,9 +53,9 @@ def _dataset(root: str, shards: int, per_shard: int) -> str:
     return root
 
 
-def _train_dataset(api, root: str, repeat: bool):
+def _train_dataset(api, root: str, repeat: bool, **kw):
     """Raw-bytes training batches through `api` (energon_arrow or megatron.energon: the same names and
-    arguments), with the benchmark's worker, batch and shuffle settings."""
+    arguments), with the benchmark's worker, batch and shuffle settings (`kw`: more get_train_dataset args)."""
 
     class TE(api.DefaultTaskEncoder):
         decoder = None
@@ -68,6 +68,7 @@ def _train_dataset(api, root: str, repeat: bool):
         max_samples_per_sequence=100,
         task_encoder=TE(),
         repeat=repeat,
+        **kw,
     )
 
 

@@ -20,6 +20,7 @@ from energon_arrow.adapters.errors import (
 )
 from energon_arrow.adapters.fetch import fetch_groups, read_ranges
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
+from energon_arrow.adapters.shard_cache import parse_cache_option
 from energon_arrow.adapters.stream import LocalStream, PrefetchReader
 from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url
 
@@ -71,6 +72,11 @@ class Storage:
                 self.url, f"storage options must be a mapping, got {type(storage_options).__name__}"
             )
         raw = dict(storage_options or {})
+        self.local_cache = parse_cache_option(raw.pop("local_cache", None), self.url)
+        if self.local_cache is not None and self.is_local:
+            raise opts.InvalidStorageOptions(
+                self.url, "local_cache is for object stores: these files are local"
+            )
         self._public, secret = opts.split_secrets(self._validate(raw))
         self._secret_handle = opts.stash_secrets(secret)
         self._fs = None
@@ -174,6 +180,7 @@ class Storage:
             "retry": self.retry,
             "coalescing": (self.range_gap, self.max_fetch),
             "direct_reads": self.use_direct_reads,
+            "local_cache": self.local_cache,
         }
 
     def __setstate__(self, state):
@@ -183,6 +190,7 @@ class Storage:
         self.retry = state["retry"]
         self.range_gap, self.max_fetch = state["coalescing"]
         self.use_direct_reads = state["direct_reads"]
+        self.local_cache = state["local_cache"]
         self._fs = None
         self._fs_pid = None
         self._retrying_fs = None

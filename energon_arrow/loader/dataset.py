@@ -8,6 +8,8 @@ in global order whatever K is.
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
 from energon_arrow.loader.image_slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.order import BlockLayout, EpochCache
-from energon_arrow.loader.reader import SampleReader
+from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_reader
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
@@ -140,6 +142,15 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return owner, rows
 
     # ---- reading -----------------------------------------------------------------------------------------
+    def _announce(self, plan: tuple[np.ndarray, np.ndarray], readers: list[SampleReader]) -> None:
+        """Tell each source's reader the rows it will be asked for (remote readers plan windows from them)."""
+        owner, rows = plan
+        if len(readers) == 1:
+            readers[0].announce(rows)
+            return
+        for d in np.unique(owner).tolist():
+            readers[d].announce(rows[owner == d])
+
     def _fetch(self, plan: tuple[np.ndarray, np.ndarray], readers: list[SampleReader]) -> list[memoryview]:
         owner, rows = plan
         if len(readers) == 1:
@@ -173,22 +184,26 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 b += n
 
         skipped = 0
-        readers = [SampleReader(src) for src in self.sources]
+        readers = [open_reader(src) for src in self.sources]
+        horizon = max(ahead, PLAN_AHEAD if remote else 0)  # batches planned (announced to the readers) ahead
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
-            pending: list = []
+            pending: deque = deque()  # [b, plan, fetch future or None]
             ids = batch_ids()
             while True:
-                while len(pending) <= ahead:
+                while len(pending) <= horizon:
                     b = next(ids, None)
                     if b is None:
                         break
                     plan = self.plan(b, caches)
-                    fut = pool.submit(self._fetch, plan, readers) if pool else None
-                    pending.append((b, plan, fut))
+                    self._announce(plan, readers)
+                    pending.append([b, plan, None])
+                for item in itertools.islice(pending, ahead + 1) if pool else ():
+                    if item[2] is None:
+                        item[2] = pool.submit(self._fetch, item[1], readers)
                 if not pending:
                     return
-                b, plan, fut = pending.pop(0)
+                b, plan, fut = pending.popleft()
                 if not len(plan[1]):
                     continue
                 views = fut.result() if fut is not None else self._fetch(plan, readers)

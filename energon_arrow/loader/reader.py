@@ -2,23 +2,45 @@
 
 Local shards: rows are grouped by shard and merged into runs of nearby samples (a block of the epoch order is
 contiguous on disk), each run is one `os.pread` on a per-process cached descriptor, and every sample is a
-memoryview into the run's buffer. Object stores: `Storage.read_ranges` (coalesced, concurrent ranged GETs).
+memoryview into the run's buffer. Object stores: `open_reader` gives a `WindowReader` (large ranged GETs planned
+over several batches, loader/window_reader.py) or, with the `local_cache` storage option, a `CachedShardReader`
+that reads node-local copies of whole shards (adapters/shard_cache.py) exactly like local shards.
 """
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from energon_arrow.adapters.shard_cache import ShardCache
 from energon_arrow.loader.errors import StaleIndexError
 from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.loader.source import SplitSource
 
 MAX_GAP = 64 * 1024  # bytes of unneeded data worth reading to merge two runs
+PLAN_AHEAD = (
+    32  # batches a worker plans ahead on object stores (two plans of RemoteReadSettings.plan_batches)
+)
+
+
+def open_reader(src: SplitSource):
+    """The reader for one source: local files, node-local cached copies of remote shards, or windows."""
+    if src.storage.is_local:
+        return SampleReader(src)
+    if src.storage.local_cache is not None:
+        return CachedShardReader(src)
+    from energon_arrow.loader.window_reader import WindowReader
+
+    return WindowReader(src)
 
 
 class SampleReader:
+    """Samples of one source (see the module docstring). Given remote shards it reads each batch with
+    `Storage.read_ranges` (coalesced, concurrent GETs per batch), for callers that do not plan ahead; the loader
+    uses `open_reader`."""
+
     def __init__(self, src: SplitSource, max_fds: int = 128):
         self.src = src
         self.local = src.storage.is_local
@@ -30,6 +52,9 @@ class SampleReader:
             return self._files.fd(path)
         except OSError as exc:
             raise StaleIndexError(f"{path}: cannot open shard listed in the index: {exc.strerror}") from None
+
+    def announce(self, rows: np.ndarray) -> None:
+        """Rows of a later batch: local reads need no plan (CachedShardReader starts fetching their shards)."""
 
     def read(self, rows: np.ndarray) -> list[memoryview]:
         """The bytes of each row's sample, in `rows` order."""
@@ -67,3 +92,40 @@ class SampleReader:
 
     def close(self) -> None:
         self._files.close()
+
+
+class CachedShardReader(SampleReader):
+    """Samples of remote shards read from node-local copies (adapters.shard_cache), fetched whole on first use;
+    announced batches have their shards fetched in the background."""
+
+    def __init__(self, src: SplitSource, max_fds: int = 128, fill_threads: int = 2):
+        super().__init__(src, max_fds)
+        self.local = True  # reads go to the local copies
+        self.cache = ShardCache(src.storage.local_cache)
+        self._fills: dict[int, Future] = {}  # shard -> background fill
+        self._paths: dict[int, str] = {}  # shard -> its local copy
+        self._pool = ThreadPoolExecutor(fill_threads, thread_name_prefix="ea-cache-fill")
+
+    def announce(self, rows: np.ndarray) -> None:
+        for shard in np.unique(self.src.shard_id[rows]).tolist():
+            if shard not in self._paths and shard not in self._fills:
+                self._fills[shard] = self._pool.submit(self._copy, shard)
+
+    def _copy(self, shard: int) -> str:
+        return self.cache.local_copy(self.src.storage, self.src.shard_paths[shard])
+
+    def _fd(self, shard: int) -> int:
+        path = self._paths.get(shard)
+        if path is None:
+            fill = self._fills.pop(shard, None)
+            path = self._paths[shard] = fill.result() if fill is not None else self._copy(shard)
+        try:
+            return self._files.fd(path)
+        except FileNotFoundError:  # evicted by another process since it was checked: fetch it again
+            self.cache.forget(path)
+            path = self._paths[shard] = self._copy(shard)
+            return self._files.fd(path)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        super().close()

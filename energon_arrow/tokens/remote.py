@@ -4,6 +4,11 @@ Megatron's S3 reader fetches 256 MiB blocks and keeps one, so shuffled reads re-
 Here each miss fetches only the bytes asked for (optionally extended by `readahead_bytes` for sequential
 scans); overlapping or adjacent misses of one call become one request, and all requests of a call run
 concurrently. Fetched extents stay in an LRU cache bounded by `capacity_bytes`.
+
+Sequential reads (calls whose first miss starts where the previous fetch ended, as when sequences are read in
+file order) switch to windows: from the second such miss in a row the read-ahead doubles from SEQUENTIAL_MIN up
+to SEQUENTIAL_MAX (at most a quarter of the cache), and it drops back to `readahead_bytes` at the first jump, so
+random orders still fetch only the bytes asked for.
 """
 
 from __future__ import annotations
@@ -12,6 +17,24 @@ import bisect
 from collections import OrderedDict
 
 import numpy as np
+
+SEQUENTIAL_MIN = 1 << 20  # first read-ahead window once reads are seen to be sequential
+SEQUENTIAL_MAX = 16 << 20
+SEQUENTIAL_SLACK = 64 << 10  # a miss starting this close after the previous fetch's end counts as sequential
+
+
+def next_readahead(
+    current: int, streak: int, last_end: int, start: int, base: int, maximum: int
+) -> tuple[int, int]:
+    """(read-ahead, streak) for a miss at `start` after a fetch that ended at `last_end` (-1: none yet). A miss
+    within SEQUENTIAL_SLACK of that end continues the streak; from the second such miss in a row the read-ahead
+    doubles (from SEQUENTIAL_MIN, up to `maximum`). Any other miss resets to `base` (a lone random read landing
+    near the last fetch does not start windows)."""
+    if last_end < 0 or abs(start - last_end) > SEQUENTIAL_SLACK:
+        return base, 0
+    if streak < 1:
+        return base, streak + 1
+    return max(base, min(maximum, max(SEQUENTIAL_MIN, 2 * current))), streak + 1
 
 
 class RangeCache:
@@ -26,6 +49,9 @@ class RangeCache:
         self.file_size = int(file_size)
         self.capacity_bytes = int(capacity_bytes)
         self.readahead_bytes = int(readahead_bytes)
+        self._readahead = self.readahead_bytes  # current window: grows while reads are sequential
+        self._last_end = -1  # end of the last fetch
+        self._streak = 0  # sequential misses in a row
         self._entries: OrderedDict[int, tuple[int, bytes]] = OrderedDict()  # start -> (end, data), LRU order
         self._starts: list[int] = []  # sorted starts of cached extents
         self._cached_bytes = 0
@@ -97,7 +123,12 @@ class RangeCache:
 
     def _fetch_misses(self, misses, starts, ends, out, out_offsets) -> None:
         ms, me = starts[misses], ends[misses]
-        ext_s, ext_e = merge_extents(ms, me, self.readahead_bytes, self.file_size)
+        maximum = max(self.readahead_bytes, min(SEQUENTIAL_MAX, self.capacity_bytes // 4))
+        self._readahead, self._streak = next_readahead(
+            self._readahead, self._streak, self._last_end, int(ms.min()), self.readahead_bytes, maximum
+        )
+        ext_s, ext_e = merge_extents(ms, me, self._readahead, self.file_size)
+        self._last_end = int(ext_e.max())
         fetched = self.storage.read_ranges(self.rel, ext_s, ext_e - ext_s)
         self.requests += ext_s.size
         self.bytes_fetched += int((ext_e - ext_s).sum())

@@ -1,0 +1,196 @@
+"""The loader over S3 (SeaweedFS on loopback), side by side in one run, on bench_loader's dataset (64 shards x
+1,000 samples, raw bytes, batch 32, 2 workers; --quick: 16 x 1,000). Each epoch is timed from the loader's start
+(workers included) to its last batch; opening the dataset (reading its index) is outside the timing.
+
+- epoch from s3:// vs the adapter's sequential read of the same shards (open_stream), as MB/s of shard bytes
+  (target: at least 70%);
+- epoch from s3:// vs energon 7.4.1 over msc:// (multi-storage-client configured for the same endpoint through
+  an MSC_CONFIG file; target 5x);
+- second epoch with the node-local cache (`local_cache`) vs the local-disk epoch (target 80%);
+- bytes fetched per byte needed, counted by a loopback proxy (energon_arrow.testing.faultproxy) in front of the
+  server in an untimed epoch, without and with the cache (target: at most 1.1x without it, reported as
+  needed / fetched >= 0.91).
+
+A bar chart of the epoch medians (local, S3, S3 + cache, energon over msc://) goes to results/loader_s3.svg.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import tempfile
+import time
+
+from benchmarks.bench_images import _svg
+from benchmarks.bench_loader import BATCH, WORKERS, _dataset, _train_dataset
+from benchmarks.harness import RESULTS_DIR, Comparison
+
+_MSC_PROFILE = "ea-bench"
+
+
+def _upload(server, root: str, bucket: str) -> str:
+    client = server.client()
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            key = "ds/" + os.path.relpath(path, root).replace(os.sep, "/")
+            client.upload_file(path, bucket, key)
+    return f"s3://{bucket}/ds"
+
+
+def _epoch(api, root, options=None) -> tuple[float, int]:
+    """(seconds, samples) of one epoch of raw-bytes training batches: the loader's workers start inside the
+    timing, opening the dataset (index reads, the same for every side) does not."""
+    kw = {} if options is None else {"storage_options": options}
+    ds = _train_dataset(api, root, repeat=False, **kw)
+    t0 = time.perf_counter()
+    n = sum(len(b.__key__) for b in api.get_loader(ds))
+    return time.perf_counter() - t0, n
+
+
+def _sequential_mb_s(url: str, options: dict, rels: list[str]) -> float:
+    """The adapter's sequential read of every shard (one stream at a time, blocks fetched ahead)."""
+    from energon_arrow.adapters import open_storage
+
+    store = open_storage(url, options)
+    t0 = time.perf_counter()
+    total = sum(len(chunk) for rel in rels for chunk in store.iter_chunks(rel))
+    return total / (time.perf_counter() - t0) / 1e6
+
+
+def _msc_config(server, bucket: str, folder: str) -> str:
+    path = os.path.join(folder, "msc_config.yaml")
+    opts = server.storage_options
+    with open(path, "w") as f:
+        f.write(
+            f"profiles:\n  {_MSC_PROFILE}:\n    storage_provider:\n      type: s3\n      options:\n"
+            f"        base_path: {bucket}\n        endpoint_url: {server.endpoint_url}\n"
+            f"        region_name: us-east-1\n    credentials_provider:\n      type: S3Credentials\n"
+            f"      options:\n        access_key: {opts['key']}\n        secret_key: {opts['secret']}\n"
+        )
+    return path
+
+
+def _fetched_bytes(requests) -> int:
+    total = 0
+    for method, _, byte_range, _ in requests:
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range)
+        if method == "GET" and m:
+            total += int(m[2]) - int(m[1]) + 1
+    return total
+
+
+def run(args) -> list[Comparison]:
+    import energon_arrow as ea
+    from energon_arrow.query import open_dataset
+    from energon_arrow.testing.faultproxy import FaultProxy
+    from energon_arrow.testing.seaweedfs import start_seaweedfs
+
+    base = os.environ.get("EA_BENCH_DIR", "/tmp/ea-bench-loader")
+    shards, per_shard = (16, 1000) if args.quick else (64, 1000)
+    repeats = 1 if args.quick else args.repeats
+    root = _dataset(f"{base}/ds-{shards}x{per_shard}", shards, per_shard)
+    with open_dataset(root) as ds:
+        table = ds.sql("SELECT byte_size FROM samples").arrow()
+    needed = int(sum(table["byte_size"].to_pylist()))
+    rels = sorted(f"shards/{n}" for n in os.listdir(os.path.join(root, "shards")) if n.endswith(".tar"))
+    shard_bytes = sum(os.path.getsize(os.path.join(root, r)) for r in rels)
+    server = start_seaweedfs()
+    tmp = tempfile.mkdtemp(prefix="ea-bench-s3-")
+    try:
+        bucket = server.create_bucket("bench-loader-s3")
+        url = _upload(server, root, bucket)
+        options = server.storage_options
+        os.environ["MSC_CONFIG"] = _msc_config(server, bucket, tmp)
+        msc_url = f"msc://{_MSC_PROFILE}/ds"
+        import megatron.energon
+
+        sides: dict[str, list[float]] = {k: [] for k in ("local", "s3", "sequential", "msc", "cached")}
+        samples = shards * per_shard
+        for i in range(repeats):
+            t, n = _epoch(ea, root)
+            assert n == samples, n
+            sides["local"].append(n / t)
+            t, n = _epoch(ea, url, options)
+            assert n == samples, n
+            sides["s3"].append(n / t)
+            sides["sequential"].append(_sequential_mb_s(url, options, rels))
+            t, n = _epoch(megatron.energon, msc_url)
+            sides["msc"].append(n / t)
+            cache = {**options, "local_cache": os.path.join(tmp, f"cache-{i}")}
+            _epoch(ea, url, cache)  # fills the cache
+            t, n = _epoch(ea, url, cache)
+            sides["cached"].append(n / t)
+        with FaultProxy(server.endpoint_url) as proxy:
+            _epoch(ea, url, {**options, "endpoint_url": proxy.endpoint_url})
+            fetched = _fetched_bytes(proxy.requests)
+            gets = sum(1 for r in proxy.requests if r[0] == "GET")
+            proxy.reset_counts()
+            _epoch(ea, url, {**options, "endpoint_url": proxy.endpoint_url, "local_cache": f"{tmp}/counted"})
+            fetched_cached = _fetched_bytes(proxy.requests)
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    per_sample = shard_bytes / samples / 1e6  # MB of shard per sample
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    median = {k: statistics.median(v) for k, v in sides.items()}
+    _svg(
+        [
+            ("energon-arrow, local disk", median["local"]),
+            ("energon-arrow, s3://", median["s3"]),
+            ("energon-arrow, s3:// + local_cache, 2nd epoch", median["cached"]),
+            ("energon 7.4.1, msc://", median["msc"]),
+        ],
+        os.path.join(RESULTS_DIR, "loader_s3.svg"),
+        f"epoch samples/s, {shards}x{per_shard}, batch {BATCH}, {WORKERS} workers (medians)",
+    )
+    setup = f"{shards}x{per_shard}, raw bytes, batch {BATCH}, {WORKERS} workers"
+    return [
+        Comparison(
+            f"S3 epoch vs the adapter's sequential read of the shards, {setup}",
+            "MB/s",
+            [s * per_sample for s in sides["s3"]],
+            sides["sequential"],
+            target=0.7,
+            notes={"s3_samples_per_s": sides["s3"], "local_samples_per_s": sides["local"]},
+        ),
+        Comparison(
+            f"S3 epoch vs energon 7.4.1 over msc://, {setup}",
+            "samples/s",
+            sides["s3"],
+            sides["msc"],
+            target=5.0,
+        ),
+        Comparison(
+            f"second S3 epoch with local_cache vs local-disk epoch, {setup}",
+            "samples/s",
+            sides["cached"],
+            sides["local"],
+            target=0.8,
+        ),
+        Comparison(
+            f"bytes needed / bytes fetched in one S3 epoch (no cache), {setup}",
+            "bytes",
+            [needed],
+            [fetched],
+            target=0.91,
+            notes={
+                "fetched_per_needed": fetched / needed,
+                "gets": gets,
+                "samples_per_get": samples / max(gets, 1),
+                "median_samples_per_s": {
+                    k: statistics.median(v) for k, v in sides.items() if k != "sequential"
+                },
+            },
+        ),
+        Comparison(
+            f"bytes needed / bytes fetched in the first S3 epoch with local_cache (whole shards), {setup}",
+            "bytes",
+            [needed],
+            [fetched_cached],
+            target=0.91,
+            notes={"fetched_per_needed": fetched_cached / needed},
+        ),
+    ]

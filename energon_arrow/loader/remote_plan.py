@@ -1,0 +1,154 @@
+"""Read plans for shards on object stores: pure functions from the byte ranges a run of batches needs to the few
+large ranged GETs ("windows") that fetch them.
+
+The training order keeps up to `block_size` consecutive samples of a shard together, so the samples that the
+next batches of one worker need lie in a few contiguous stretches of a few shards. Planning several batches at
+once turns those stretches into one window each instead of one request per batch (or per sample).
+
+How much unneeded data a window may carry is a budget, not a fixed gap: `max_overread` x the needed bytes. The
+gaps between needed ranges are merged smallest first until the budget is spent (a vectorised threshold: sort
+the gaps, take the largest gap whose cumulative sum still fits). With several DataLoader workers every worker
+needs only its share of a block (the batches alternate between workers), so the gaps are the other workers'
+samples: a budget of 1.0 lets each worker read whole blocks (about 2x its own bytes with 2 workers), a budget
+of 0.1 keeps the bytes near 1x at the price of more, smaller requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from energon_arrow.adapters.ranges import coalesce_ranges
+
+SHARD_STRIDE = 1 << 40  # a window key is shard * SHARD_STRIDE + offset: shards up to 1 TiB, 8 M shards
+
+
+@dataclass(frozen=True)
+class RemoteReadSettings:
+    """How one worker reads remote shards.
+
+    `byte_budget`: bytes of windows fetched or held at once (per worker, per dataset); `max_overread`: unneeded
+    bytes a plan may fetch, as a fraction of the needed bytes; `max_window`: the span of one GET;
+    `plan_batches`: batches planned together (windows never span two plans); `concurrency`: GETs in flight.
+    """
+
+    byte_budget: int = 256 * 1024 * 1024
+    max_overread: float = 1.0
+    max_window: int = 16 * 1024 * 1024
+    plan_batches: int = 16
+    concurrency: int = 8
+
+    def __post_init__(self):
+        if self.byte_budget < 1 or self.max_window < 1 or self.plan_batches < 1 or self.concurrency < 1:
+            raise ValueError(f"RemoteReadSettings: sizes and counts must be >= 1, got {self}")
+        if self.max_overread < 0:
+            raise ValueError(f"RemoteReadSettings.max_overread must be >= 0, got {self.max_overread}")
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """Windows (shard, [start, end)) and, for each needed range, its window and offset inside it."""
+
+    shard: np.ndarray  # int64 [W]
+    start: np.ndarray  # int64 [W]
+    end: np.ndarray  # int64 [W]
+    window: np.ndarray  # int64 [N] window of each range
+    inner: np.ndarray  # int64 [N] offset of each range inside its window
+
+    @property
+    def fetched_bytes(self) -> int:
+        return int((self.end - self.start).sum())
+
+
+def gap_threshold(keys: np.ndarray, sizes: np.ndarray, budget: int) -> int:
+    """The largest gap g such that merging every gap <= g between the sorted, merged ranges costs at most
+    `budget` bytes (0 when none fits: touching and overlapping ranges merge for free)."""
+    if keys.size < 2:
+        return 0
+    order = np.argsort(keys, kind="stable")
+    s = keys[order]
+    e = s + sizes[order]
+    run_end = np.maximum.accumulate(e)
+    gaps = s[1:] - run_end[:-1]
+    # gaps across shards are never merged (they are at least SHARD_STRIDE minus a shard's size)
+    gaps = np.sort(gaps[(gaps > 0) & (s[1:] // SHARD_STRIDE == s[:-1] // SHARD_STRIDE)])
+    if not gaps.size:
+        return 0
+    # merging every gap <= gaps[i] costs the cumulative sum up to the last gap equal to gaps[i] (ties merge too)
+    cost = np.cumsum(gaps)[np.searchsorted(gaps, gaps, side="right") - 1]
+    fits = gaps[cost <= budget]
+    return int(fits.max()) if fits.size else 0
+
+
+def plan_windows(
+    shard: np.ndarray, offset: np.ndarray, size: np.ndarray, max_overread: float, max_window: int
+) -> WindowPlan:
+    """Windows covering every needed range (shard[i], [offset[i], offset[i] + size[i])); ranges may repeat
+    and overlap. Unneeded bytes inside windows stay within `max_overread` x the needed (distinct) bytes, and
+    the starts of the ranges in one window lie within `max_window` bytes of each other."""
+    shard = np.asarray(shard, np.int64)
+    offset = np.asarray(offset, np.int64)
+    size = np.asarray(size, np.int64)
+    if shard.size and (int(offset.max() + size.max()) >= SHARD_STRIDE or int(shard.max()) >= 1 << 23):
+        raise ValueError("plan_windows: shards beyond 1 TiB or more than 8 M shards are not supported")
+    keys = shard * SHARD_STRIDE + offset
+    needed = _distinct_bytes(keys, size)
+    threshold = gap_threshold(keys, size, int(needed * max_overread))
+    plan = coalesce_ranges(keys, size, threshold, max_window)
+    w_shard = plan.starts // SHARD_STRIDE
+    return WindowPlan(
+        w_shard,
+        plan.starts - w_shard * SHARD_STRIDE,
+        plan.ends - w_shard * SHARD_STRIDE,
+        plan.group,
+        plan.inner,
+    )
+
+
+def _distinct_bytes(keys: np.ndarray, sizes: np.ndarray) -> int:
+    """Bytes covered by the union of the ranges [keys, keys + sizes)."""
+    if not keys.size:
+        return 0
+    order = np.argsort(keys, kind="stable")
+    s = keys[order]
+    e = s + sizes[order]
+    prev_end = np.r_[s[0], np.maximum.accumulate(e)[:-1]]
+    return int(np.maximum(e - np.maximum(s, prev_end), 0).sum())
+
+
+def last_use(window: np.ndarray, batch_of_range: np.ndarray, n_windows: int) -> np.ndarray:
+    """For each window, the last batch (sequence number) of the plan that reads from it."""
+    out = np.full(n_windows, -1, np.int64)
+    np.maximum.at(out, window, batch_of_range)
+    return out
+
+
+def first_use(window: np.ndarray, batch_of_range: np.ndarray, n_windows: int) -> np.ndarray:
+    """For each window, the first batch of the plan that reads from it (the order to fetch windows in)."""
+    out = np.full(n_windows, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(out, window, batch_of_range)
+    return out
+
+
+def covering_window(
+    shard: np.ndarray,
+    offset: np.ndarray,
+    size: np.ndarray,
+    w_shard: np.ndarray,
+    w_start: np.ndarray,
+    w_end: np.ndarray,
+) -> np.ndarray:
+    """For each range, the index of a window (w_shard, [w_start, w_end)) that holds it whole, or -1. Where
+    windows overlap, only the one starting last at or before the range is considered."""
+    out = np.full(len(shard), -1, np.int64)
+    if not len(shard) or not len(w_shard):
+        return out
+    w_key = np.asarray(w_shard, np.int64) * SHARD_STRIDE + np.asarray(w_start, np.int64)
+    order = np.argsort(w_key, kind="stable")
+    key = np.asarray(shard, np.int64) * SHARD_STRIDE + np.asarray(offset, np.int64)
+    j = np.searchsorted(w_key[order], key, side="right") - 1
+    cand = order[np.maximum(j, 0)]
+    ok = (j >= 0) & (w_shard[cand] == shard) & (w_end[cand] >= offset + size)
+    out[ok] = cand[ok]
+    return out

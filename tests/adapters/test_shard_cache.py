@@ -1,0 +1,152 @@
+"""The node-local shard cache: fills, sharing between processes, eviction, damaged entries."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from energon_arrow.adapters import InvalidStorageOptions, open_storage
+from energon_arrow.adapters.shard_cache import ShardCache
+from energon_arrow.testing.faultproxy import FaultProxy
+from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+
+
+def _memory_store(memory_root, cache_dir, max_bytes=1 << 20):
+    url, _ = memory_root
+    store = open_storage(url, {"local_cache": {"path": str(cache_dir), "max_bytes": max_bytes}})
+    store.makedirs("")
+    return store
+
+
+def _read(path, n=-1) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def _put(store, rel, data):
+    with store.fs.open(store.path_of(rel), "wb") as f:
+        f.write(data)
+
+
+def test_option_is_checked(tmp_path, memory_root):
+    url, _ = memory_root
+    with pytest.raises(InvalidStorageOptions, match="local_cache is for object stores"):
+        open_storage(str(tmp_path), {"local_cache": str(tmp_path / "c")})
+    with pytest.raises(InvalidStorageOptions, match="max_bytes must be a positive integer"):
+        open_storage(url, {"local_cache": {"path": str(tmp_path / "c"), "max_bytes": 0}})
+    with pytest.raises(InvalidStorageOptions, match="got keys"):
+        open_storage(url, {"local_cache": {"folder": str(tmp_path)}})
+    store = open_storage(url, {"local_cache": str(tmp_path / "c")})
+    assert store.local_cache.path == str(tmp_path / "c") and store.local_cache.max_bytes > 0
+
+
+def test_fill_then_hit(tmp_path, memory_root):
+    store = _memory_store(memory_root, tmp_path / "c")
+    _put(store, "a.tar", b"x" * 1000)
+    cache = ShardCache(store.local_cache)
+    path = cache.local_copy(store, "a.tar")
+    assert _read(path) == b"x" * 1000
+    store.fs.rm(store.path_of("a.tar"))  # a hit needs no remote access
+    assert ShardCache(store.local_cache).local_copy(store, "a.tar") == path
+
+
+def test_eviction_keeps_the_cache_under_its_budget(tmp_path, memory_root):
+    store = _memory_store(memory_root, tmp_path / "c", max_bytes=2500)
+    cache = ShardCache(store.local_cache)
+    for i in range(4):
+        _put(store, f"{i}.tar", bytes([i]) * 1000)
+        cache.local_copy(store, f"{i}.tar")
+        assert sum(size for _, size, _ in cache.entries()) <= 2500
+    kept = sorted(_read(p, 1) for p, _, _ in cache.entries())
+    assert kept == [b"\x02", b"\x03"]  # least recently used first out
+    with pytest.raises(Exception, match="do not fit the local cache"):
+        _put(store, "big.tar", b"b" * 3000)
+        cache.local_copy(store, "big.tar")
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_entry_is_ignored_and_fetched_again(tmp_path, memory_root, damage):
+    store = _memory_store(memory_root, tmp_path / "c")
+    _put(store, "a.tar", bytes(range(256)) * 4)
+    path = ShardCache(store.local_cache).local_copy(store, "a.tar")
+    with open(path, "r+b") as f:
+        if damage == "flip":
+            f.seek(100)
+            f.write(b"\xff")
+        else:
+            f.truncate(500)
+    again = ShardCache(store.local_cache).local_copy(store, "a.tar")  # a new process checks entries again
+    assert _read(again) == bytes(range(256)) * 4
+
+
+def test_lock_of_a_dead_process_is_taken_over(tmp_path, memory_root):
+    store = _memory_store(memory_root, tmp_path / "c")
+    _put(store, "a.tar", b"y" * 100)
+    cache = ShardCache(store.local_cache)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    import hashlib
+    import socket
+
+    key = hashlib.sha256(store.url_of("a.tar").encode()).hexdigest()[:32]
+    os.makedirs(tmp_path / "c" / key[:2], exist_ok=True)
+    (tmp_path / "c" / key[:2] / f"{key}.lock").write_text(f"{socket.gethostname()} {dead.pid}")
+    assert _read(cache.local_copy(store, "a.tar")) == b"y" * 100
+
+
+def _fill_in_child(store, rel, barrier, results):
+    barrier.wait()
+    path = ShardCache(store.local_cache).local_copy(store, rel)
+    results.put(_read(path))
+
+
+@pytest.mark.s3
+def test_concurrent_fills_by_two_processes_fetch_once(s3_server, tmp_path):
+    bucket = s3_server.create_bucket("ea-tests")  # one bucket: the test server has room for few (-volume.max)
+    prefix = uuid.uuid4().hex[:12]
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    open_storage(f"s3://{bucket}/{prefix}", s3_server.storage_options).write_atomic(
+        "shard.tar", data
+    )  # retried
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        options = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+        store = open_storage(f"s3://{bucket}/{prefix}", {**options, "local_cache": str(tmp_path / "c")})
+        ctx = multiprocessing.get_context("fork")
+        barrier, results = ctx.Barrier(2), ctx.Queue()
+        procs = [
+            ctx.Process(target=_fill_in_child, args=(store, "shard.tar", barrier, results)) for _ in range(2)
+        ]
+        for p in procs:
+            p.start()
+        got = [results.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+        assert got == [data, data]
+        gets = [r for r in proxy.requests if r[0] == "GET"]
+        assert len(gets) == 1  # one 8 MiB-block stream, fetched by one of the two processes
+        assert len(ShardCache(store.local_cache).entries()) == 1
+
+
+@pytest.mark.s3
+def test_fill_retries_transient_faults(s3_server, tmp_path):
+    from energon_arrow.adapters import RetryPolicy
+
+    bucket = s3_server.create_bucket("ea-tests")  # one bucket: the test server has room for few (-volume.max)
+    prefix = uuid.uuid4().hex[:12]
+    data = os.urandom(100_000)
+    open_storage(f"s3://{bucket}/{prefix}", s3_server.storage_options).write_atomic("shard.tar", data)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        options = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+        fast = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
+        store = open_storage(
+            f"s3://{bucket}/{prefix}", {**options, "local_cache": str(tmp_path / "c")}, retry=fast
+        )
+        proxy.inject("slowdown", "reset", "error500")
+        assert _read(ShardCache(store.local_cache).local_copy(store, "shard.tar")) == data
+        assert sum(1 for r in proxy.requests if r[3] != "forwarded") == 3

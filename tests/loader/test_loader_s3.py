@@ -1,0 +1,213 @@
+"""The loader over s3:// (SeaweedFS): the same batches as from local disk, few large GETs, retried faults, and
+with the node-local cache a second epoch that sends no request."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import numpy as np
+import pytest
+
+import energon_arrow as ea
+from energon_arrow.testing.faultproxy import FaultProxy
+from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+from energon_arrow.testing.synthetic import write_webdataset
+from tests.loader.conftest import PER_SHARD, SHARDS, prepare
+
+pytestmark = pytest.mark.s3
+
+EPOCH = 3 * PER_SHARD  # the train split: 3 shards
+
+
+class RawTE(ea.DefaultTaskEncoder):
+    decoder = None
+
+
+@pytest.fixture(scope="module")
+def s3_dataset(s3_server):
+    """The loader conftest's dataset written to and prepared on S3: (url, bucket, prefix)."""
+    bucket = s3_server.create_bucket("ea-tests")  # one bucket: the test server has room for few (-volume.max)
+    prefix = uuid.uuid4().hex[:12]
+    url = f"s3://{bucket}/{prefix}"
+    options = s3_server.storage_options
+    write_webdataset(
+        url, shards=SHARDS, samples_per_shard=PER_SHARD, image_bytes=200, storage_options=options
+    )
+    prepare(url, options)
+    return url
+
+
+def _batches(root, workers, batches, options=None, **kw):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    ds = ea.get_train_dataset(
+        root,
+        worker_config=wc,
+        batch_size=4,
+        shuffle_buffer_size=10,
+        max_samples_per_sequence=8,
+        task_encoder=RawTE(),
+        storage_options=options,
+        **kw,
+    )
+    out = []
+    for b in ea.get_loader(ds):
+        out.append((list(b.__key__), list(b.image), list(b.caption)))
+        if len(out) == batches:
+            break
+    return out
+
+
+def _options(endpoint, **extra):
+    return {"endpoint_url": endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY, **extra}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_same_batches_as_local_over_two_epochs(prepared_root, s3_dataset, s3_server, workers):
+    n = 2 * EPOCH // 4 + 3
+    local = _batches(prepared_root, workers, n)
+    remote = _batches(s3_dataset, workers, n, s3_server.storage_options)
+    assert remote == local
+
+
+def _range_bytes(requests) -> int:
+    total = 0
+    for method, _, byte_range, _ in requests:
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", byte_range)
+        if method == "GET" and m:
+            total += int(m[2]) - int(m[1]) + 1
+    return total
+
+
+def test_few_large_gets_and_no_overread(prepared_root, s3_dataset, s3_server):
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = ea.get_train_dataset(
+            s3_dataset,
+            worker_config=wc,
+            batch_size=4,
+            max_samples_per_sequence=8,
+            task_encoder=RawTE(),
+            repeat=False,
+            storage_options=_options(proxy.endpoint_url),
+        )
+        src = ds.sources[0]
+        needed = int(src.byte_size.sum())
+        proxy.reset_counts()
+        batches = list(ea.get_loader(ds))
+        assert sum(len(b.__key__) for b in batches) == EPOCH
+        gets = [r for r in proxy.requests if r[0] == "GET"]
+        # windows of whole blocks (8 samples), several blocks of a shard merged when planned together
+        assert len(gets) <= EPOCH // 8
+        assert len(gets) < len(batches)
+        assert needed <= _range_bytes(gets) <= 1.1 * needed
+
+
+def test_two_workers_stay_within_the_overread_budget(s3_dataset, s3_server):
+    """Batches alternate between workers, so each needs every other sample of a block: the default budget
+    (max_overread 1.0) lets each fetch whole blocks, at most 2x its own bytes."""
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
+        ds = ea.get_train_dataset(
+            s3_dataset,
+            worker_config=wc,
+            batch_size=4,
+            max_samples_per_sequence=8,
+            task_encoder=RawTE(),
+            repeat=False,
+            storage_options=_options(proxy.endpoint_url),
+        )
+        needed = int(ds.sources[0].byte_size.sum())
+        proxy.reset_counts()
+        assert sum(len(b.__key__) for b in ea.get_loader(ds)) == EPOCH
+        gets = [r for r in proxy.requests if r[0] == "GET"]
+        assert needed <= _range_bytes(gets) <= 2 * needed
+        assert len(gets) < EPOCH // 4  # fewer GETs than batches
+
+
+def test_faults_are_retried_and_batches_unchanged(prepared_root, s3_dataset, s3_server):
+    local = _batches(prepared_root, 0, 12)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = ea.get_train_dataset(
+            s3_dataset,
+            worker_config=wc,
+            batch_size=4,
+            shuffle_buffer_size=10,
+            max_samples_per_sequence=8,
+            task_encoder=RawTE(),
+            storage_options=_options(proxy.endpoint_url),
+        )
+        proxy.inject("slowdown", "reset", "error500")
+        got = []
+        for b in ea.get_loader(ds):
+            got.append((list(b.__key__), list(b.image), list(b.caption)))
+            if len(got) == 12:
+                break
+        assert sum(1 for r in proxy.requests if r[3] != "forwarded") == 3
+    assert got == local
+
+
+def test_cache_second_epoch_sends_no_request(prepared_root, s3_dataset, s3_server, tmp_path):
+    local = _batches(prepared_root, 0, 2 * EPOCH // 4)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        options = _options(proxy.endpoint_url, local_cache=str(tmp_path / "cache"))
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = ea.get_train_dataset(
+            s3_dataset,
+            worker_config=wc,
+            batch_size=4,
+            shuffle_buffer_size=10,
+            max_samples_per_sequence=8,
+            task_encoder=RawTE(),
+            storage_options=options,
+        )
+        got = []
+        it = iter(ea.get_loader(ds))
+        for _ in range(EPOCH // 4):
+            b = next(it)
+            got.append((list(b.__key__), list(b.image), list(b.caption)))
+        first_epoch = proxy.count()
+        assert first_epoch > 0
+        proxy.reset_counts()
+        for _ in range(EPOCH // 4):
+            b = next(it)
+            got.append((list(b.__key__), list(b.image), list(b.caption)))
+        assert proxy.count() == 0
+    assert got == local
+    assert len(list((tmp_path / "cache").rglob("*.shard"))) == 3
+    # the cached copies are the shards
+    src = ds.sources[0]
+    assert np.all(src.byte_size > 0)
+
+
+def _savable(root, workers, options=None):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    ds = ea.get_train_dataset(
+        root,
+        worker_config=wc,
+        batch_size=4,
+        shuffle_buffer_size=10,
+        max_samples_per_sequence=8,
+        task_encoder=RawTE(),
+        storage_options=options,
+    )
+    return ea.get_savable_loader(ds)
+
+
+def _take(loader, n):
+    it = iter(loader)
+    out = [list(next(it).__key__) for _ in range(n)]
+    it.close()
+    return out
+
+
+def test_resume_over_s3_matches_local(prepared_root, s3_dataset, s3_server):
+    total = 40  # crosses the epoch boundary (30 batches per epoch)
+    ref = _take(_savable(prepared_root, 2), total)
+    first = _savable(s3_dataset, 2, s3_server.storage_options)
+    got = _take(first, 17)
+    second = _savable(s3_dataset, 1, s3_server.storage_options)
+    second.restore_state_rank(first.save_state_rank())
+    got += _take(second, total - 17)
+    assert got == ref

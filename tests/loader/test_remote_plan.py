@@ -1,0 +1,95 @@
+"""Window plans for remote shards: pure arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from energon_arrow.loader.remote_plan import (
+    RemoteReadSettings,
+    first_use,
+    gap_threshold,
+    last_use,
+    plan_windows,
+)
+
+
+def _covers(plan, shard, offset, size):
+    for i in range(len(shard)):
+        w = plan.window[i]
+        assert plan.shard[w] == shard[i]
+        assert plan.start[w] + plan.inner[i] == offset[i]
+        assert plan.start[w] + plan.inner[i] + size[i] <= plan.end[w]
+
+
+def test_contiguous_ranges_become_one_window_for_free():
+    offset = np.arange(10, dtype=np.int64) * 100
+    size = np.full(10, 100, np.int64)
+    shard = np.zeros(10, np.int64)
+    plan = plan_windows(shard, offset[::-1], size, max_overread=0.0, max_window=1 << 20)
+    assert plan.start.tolist() == [0] and plan.end.tolist() == [1000]
+    _covers(plan, shard, offset[::-1], size)
+
+
+def test_overread_budget_is_respected_smallest_gaps_first():
+    # needed: [0,100) [110,210) [300,400) [1000,1100): gaps 10, 90, 600; needed 400 bytes
+    offset = np.array([0, 110, 300, 1000], np.int64)
+    size = np.full(4, 100, np.int64)
+    shard = np.zeros(4, np.int64)
+    for overread, windows in [(0.0, 4), (0.025, 3), (0.25, 2), (1.0, 2), (1.75, 1)]:
+        plan = plan_windows(shard, offset, size, overread, 1 << 20)
+        assert plan.start.size == windows, overread
+        assert plan.fetched_bytes - 400 <= overread * 400
+        _covers(plan, shard, offset, size)
+
+
+def test_windows_never_span_shards_and_respect_max_window():
+    shard = np.repeat(np.arange(3, dtype=np.int64), 50)
+    offset = np.tile(np.arange(50, dtype=np.int64) * 1000, 3)
+    size = np.full(150, 1000, np.int64)
+    plan = plan_windows(shard, offset, size, 1.0, max_window=10_000)
+    assert plan.start.size == 15  # 5 windows of 10 samples per shard
+    assert ((plan.end - plan.start) <= 10_000).all()
+    _covers(plan, shard, offset, size)
+
+
+def test_repeated_and_overlapping_ranges():
+    shard = np.array([1, 1, 1, 0], np.int64)
+    offset = np.array([500, 500, 520, 500], np.int64)
+    size = np.array([100, 100, 10, 100], np.int64)
+    plan = plan_windows(shard, offset, size, 0.0, 1 << 20)
+    assert sorted(zip(plan.shard.tolist(), plan.start.tolist(), plan.end.tolist())) == [
+        (0, 500, 600),
+        (1, 500, 600),
+    ]
+    _covers(plan, shard, offset, size)
+
+
+def test_interleaved_samples_of_two_workers():
+    """A worker needing every other sample: overread 1.0 reads the whole stretch in one GET, 0.1 stays
+    within 10% more bytes than needed."""
+    offset = np.arange(0, 200, 2, dtype=np.int64) * 512
+    size = np.full(offset.size, 512, np.int64)
+    shard = np.zeros(offset.size, np.int64)
+    whole = plan_windows(shard, offset, size, 1.0, 1 << 30)
+    assert whole.start.size == 1
+    tight = plan_windows(shard, offset, size, 0.1, 1 << 30)
+    assert tight.fetched_bytes <= 1.1 * size.sum()
+    _covers(tight, shard, offset, size)
+
+
+def test_gap_threshold_and_uses():
+    keys = np.array([0, 20, 50], np.int64)
+    sizes = np.array([10, 10, 10], np.int64)  # gaps 10 and 20
+    assert [gap_threshold(keys, sizes, b) for b in (0, 9, 10, 29, 30)] == [0, 0, 10, 10, 20]
+    window = np.array([0, 1, 0, 2], np.int64)
+    batch = np.array([3, 4, 7, 5], np.int64)
+    assert first_use(window, batch, 3).tolist() == [3, 4, 5]
+    assert last_use(window, batch, 3).tolist() == [7, 4, 5]
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="max_overread"):
+        RemoteReadSettings(max_overread=-1)
+    with pytest.raises(ValueError, match=">= 1"):
+        RemoteReadSettings(plan_batches=0)
