@@ -110,6 +110,27 @@ def dataset_rows(url: str, options: dict | None = None):
         ).arrow()
 
 
+def energon_keys(root: str) -> list[str]:
+    """Every sample key of the train split as energon 7.4.1 itself loads it (the reference reads what survived)."""
+    from megatron.energon import WorkerConfig, get_loader, get_val_dataset
+
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = get_val_dataset(root, split_part="train", batch_size=64, worker_config=wc)
+    return sorted(k for batch in get_loader(ds) for k in batch.__key__)
+
+
+def megatron_documents(prefix: str):
+    """(document count, sha of the documents) as megatron-core's IndexedDataset reads them; None where
+    megatron-core is not installed (the minimum-versions run)."""
+    import importlib.util
+
+    if importlib.util.find_spec("megatron.core") is None:
+        return None
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    return documents_digest(IndexedDataset(prefix))
+
+
 def sqlite_consistent(path: str, expected_samples: int) -> None:
     """index.sqlite is whole (integrity_check) and of the same set as the rest of .nv-meta (the same samples)."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
@@ -148,6 +169,7 @@ def test_kill_prepare_local(tmp_path):
         with open(os.path.join(root, ".nv-meta", ".info.json")) as f:
             assert sum(json.load(f)["shard_counts"].values()) == rows.num_rows
         assert not glob.glob(os.path.join(root, ".nv-meta", "*.tmp-*"))  # published names only
+        assert energon_keys(root) == sorted(rows.column("sample_key").to_pylist())
 
     kill_repeatedly("prepare (local)", code, work, log, check, seed=1)
     run_clean(code, log)
@@ -187,15 +209,19 @@ main(["merge", {inputs}, "--output-prefix", {prefix!r}])
 """
 
 
-def token_state(prefix: str):
-    """(document count, sha of .idx and .bin) of a complete token dataset, read by our reader."""
+def documents_digest(documents) -> tuple[int, str]:
+    """(document count, sha256 of the documents' token bytes) of an indexable token dataset."""
     import hashlib
 
+    docs = [np.asarray(documents[i]).tobytes() for i in range(len(documents))]
+    return len(docs), hashlib.sha256(b"|".join(docs)).hexdigest()
+
+
+def token_state(prefix: str):
+    """(document count, sha of the documents) of a complete token dataset, read by our reader."""
     from energon_arrow.tokens.indexed import IndexedTokens
 
-    tokens = IndexedTokens(prefix)
-    docs = [tokens[i].tobytes() for i in range(len(tokens))]
-    return tokens.num_documents, hashlib.sha256(b"|".join(docs)).hexdigest()
+    return documents_digest(IndexedTokens(prefix))
 
 
 def corpus(path, n: int) -> str:
@@ -215,7 +241,9 @@ def token_scenario(name, code_a, code_b, code_ref, ref_prefix, prefix, tmp_path,
     def check():
         if not os.path.exists(prefix + ".idx"):
             return  # no previous output was published under this prefix
-        assert token_state(prefix) in (before, after)  # killed runs may leave temporary files, never a part
+        state = token_state(prefix)
+        assert state in (before, after)  # killed runs may leave temporary files, never a part
+        assert megatron_documents(prefix) in (None, state)  # megatron-core reads the same documents
 
     kill_repeatedly(name, code_b, work, log, check, seed)
     run_clean(code_b, log)
