@@ -22,6 +22,7 @@ from energon_arrow.loader.energon_args import (
 from energon_arrow.loader.energon_dataset import EnergonDataset, build_dataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.metadataset_sources import OpenedSources, open_sources
+from energon_arrow.loader.packing import check_packing
 from energon_arrow.loader.savable_loader import BasicLoader, SavableLoader
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
@@ -57,6 +58,8 @@ class _Request:
     def __init__(self, task_encoder, kwargs: dict, function: str):
         self.te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
         self.handler = apply_deprecated_kwargs(kwargs, self.te)
+        self.packing_buffer_size = kwargs.pop("packing_buffer_size", None)
+        check_packing(self.te, self.packing_buffer_size, function)
         check_dataset_kwargs(kwargs, function)
         self.subflavors = kwargs.pop("subflavors", None)
         self.storage_options = kwargs.pop("storage_options", None)
@@ -79,6 +82,7 @@ class _Request:
             trust_remote_code=self.trust_remote_code,
             sample_type=self.sample_type,
             error_handler=self.handler,
+            packing_buffer_size=self.packing_buffer_size,
             **kw,
         )
 
