@@ -41,13 +41,17 @@ class LoaderSettings:
         16  # consecutive samples of one shard kept together (energon's max_samples_per_sequence)
     )
     shuffle_buffer: int = 0
+    #: energon's shuffle_over_epochs (when shuffling): k >= 1 a permutation spans k epochs, -1 blocks drawn with
+    #: replacement, None no block shuffling (loader/order.py)
+    shuffle_over_epochs: int | None = 1
     drop_last: bool = False  # finite streams: drop the last, partial global batch
     skip_errors: bool = False  # skip samples whose parts fail to decode (counted) instead of raising
     error_budget: int = 100  # with skip_errors: raise once more samples than this were skipped (per worker)
     read_ahead: int | None = None  # batches fetched ahead in a thread; default 2 on object stores, 0 locally
 
     def fingerprint(self) -> dict:
-        return {
+        extra = {"shuffle_over_epochs": self.shuffle_over_epochs} if self.shuffle_over_epochs != 1 else {}
+        return extra | {
             "global_batch_size": self.global_batch_size,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -101,7 +105,17 @@ class BatchDataset(torch.utils.data.IterableDataset):
         else:
             self.schedule = BatchSchedule(sizes, settings.global_batch_size, settings.seed, weights)
             epoch = int(sum(sizes))
-        self.limit = None if settings.repeat else epoch
+        over = settings.shuffle_over_epochs if settings.shuffle else 1
+        if over not in (1, None):
+            if over != -1 and (not isinstance(over, int) or over < 1):
+                raise LoaderError(f"shuffle_over_epochs_multiplier must be >= 1, -1 or None, got {over!r}")
+            if repetitions is not None or (len(sources) > 1 and weights is None):
+                raise LoaderError(
+                    f"shuffle_over_epochs_multiplier={over} is supported for one dataset or a weighted blend, not "
+                    "for blend_epochized or concatenated datasets (their epochs are counted in single passes)"
+                )
+            epoch = None if over == -1 else epoch * over  # a finite pass spans `over` epochs (-1: endless)
+        self.limit = None if settings.repeat or epoch is None else epoch
         if self.limit is not None and settings.drop_last:
             self.limit -= self.limit % settings.global_batch_size
         self.builders = [
@@ -123,7 +137,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def _caches(self) -> list[EpochCache]:
         s = self.settings
         return [
-            EpochCache(layout, s.seed + 7919 * i, s.shuffle_buffer, s.shuffle)
+            EpochCache(layout, s.seed + 7919 * i, s.shuffle_buffer, s.shuffle, s.shuffle_over_epochs)
             for i, layout in enumerate(self.layouts)
         ]
 

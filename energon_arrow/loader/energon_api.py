@@ -16,7 +16,6 @@ from energon_arrow.loader.energon_args import (
     apply_deprecated_kwargs,
     check_cache_pool,
     check_dataset_kwargs,
-    check_shuffle_over_epochs,
     refuse_unknown,
 )
 from energon_arrow.loader.energon_dataset import EnergonDataset, build_dataset
@@ -108,11 +107,13 @@ def get_train_dataset(
     `batch_size=None`: unbatched, the loader yields single encoded samples. `max_samples_per_sequence`: number of
     consecutive samples of a shard kept together (default 16); `shuffle_buffer_size`: the shuffle window.
     `virtual_epoch_length > 0`: each iteration of the loader yields that many batches and the next continues.
+    `shuffle_over_epochs_multiplier`: k >= 1 shuffles over k epochs (a finite pass is k epochs), -1 draws
+    blocks of samples with replacement (endless), None keeps the samples in order (loader/order.py).
+    `packing_buffer_size`: pack samples with the task encoder's packing hooks (loader/packing.py).
     Also: `subflavors`, `sample_type` (checked against the dataset's), energon's deprecated decoder arguments
     and `handler`, the no-effect arguments of loader/energon_args.py, and ours: `storage_options`,
     `trust_remote_code`, `skip_errors`, `error_budget`."""
     kwargs["packing_buffer_size"] = packing_buffer_size
-    check_shuffle_over_epochs(shuffle_over_epochs_multiplier, "get_train_dataset")
     req = _Request(task_encoder, kwargs, "get_train_dataset")
     opened = req.sources(path, split_part)
     settings = dict(
@@ -120,6 +121,7 @@ def get_train_dataset(
         repeat=repeat,
         block_size=max_samples_per_sequence or 16,
         shuffle_buffer=shuffle_buffer_size or 0,
+        shuffle_over_epochs=shuffle_over_epochs_multiplier,
     )
     return req.build(
         opened.sources,

@@ -4,7 +4,7 @@
 - stream mode (grouped batches, generator hooks, packing, `batch_size=None`): batches are formed by
   loader/regroup.py (packing by loader/packing.py);
 - `virtual_epoch_length > 0`: each `iter()` yields that many batches, the next continues the stream (energon's
-  EpochizeDataset); a val `limit`: each pass yields the first `limit` batches;
+  EpochizeDataset); when a finite pass (repeat=False) ends first, that virtual epoch ends with it; a val `limit`: each pass yields the first `limit` batches;
 - watchdog (loader/watchdog.py): when producing a batch takes longer than `watchdog_timeout_seconds` (the first
   `watchdog_initial_timeout_seconds`), the producing process prints its threads' stacks and warns; with
   `fail_on_timeout=True` it exits;
@@ -121,6 +121,7 @@ class BasicLoader(Loader):
                     yield item
                     return
             yield item
+        self.epoch_offset = 0  # a finite pass ended inside the virtual epoch: the next iter() starts a new one
 
     # ---- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
