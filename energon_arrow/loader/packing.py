@@ -91,10 +91,10 @@ class Packer:
     def _select(self, b: int) -> list[tuple[PackRef, Any]]:
         refs, samples = self.refs, self.samples
         self.refs, self.samples = [], []
-        seed = self.hooks.sample_seed(*refs[0]) ^ _SELECT
-        out = self.hooks._call("select_samples_to_pack", self.select_fn, samples, seed, (b, b))
-        groups = out if inspect.isgeneratorfunction(self.select_fn) else (out[0] if out else [])
         ref_of = {id(s): r for s, r in zip(samples, refs)}
+        seed = self.hooks.sample_seed(*refs[0]) ^ _SELECT
+        out = self.hooks._call("select_samples_to_pack", self.select_fn, list(samples), seed, (b, b))
+        groups = out if inspect.isgeneratorfunction(self.select_fn) else (out[0] if out else [])
         packs: list[tuple[PackRef, Any]] = []
         nonempty = 0
         for group in groups or ():

@@ -121,7 +121,9 @@ class BasicLoader(Loader):
                     yield item
                     return
             yield item
-        self.epoch_offset = 0  # a finite pass ended inside the virtual epoch: the next iter() starts a new one
+        self.epoch_offset = (
+            0  # a finite pass ended inside the virtual epoch: the next iter() starts a new one
+        )
 
     # ---- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -129,3 +129,20 @@ def test_train_epoch_packs_every_selected_sample_once(root):
     # the buffers differ with the order, the selection rule does not: the same samples are packed, once each
     assert packed(ours) == packed(ref)
     assert set(packed(ours).values()) == {1}
+
+
+def test_len_same(root):
+    def lengths(mod):
+        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=2)
+        kw = dict(worker_config=wc, batch_size=2, packing_buffer_size=6)
+        train = mod.get_train_dataset(
+            root,
+            task_encoder=make_task_encoder(mod),
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            **kw,
+        )
+        val = mod.get_val_dataset(root, task_encoder=make_task_encoder(mod), **kw)
+        return len(train), len(val)
+
+    assert lengths(ea) == lengths(energon)
