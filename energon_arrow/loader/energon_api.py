@@ -122,6 +122,7 @@ def get_train_dataset(
         block_size=max_samples_per_sequence or 16,
         shuffle_buffer=shuffle_buffer_size or 0,
         shuffle_over_epochs=shuffle_over_epochs_multiplier,
+        source_over_epochs=tuple(opened.multipliers) if opened.multipliers else None,
     )
     return req.build(
         opened.sources,

@@ -61,6 +61,15 @@ class BlockLayout:
         self.sizes = np.minimum(block_size, np.repeat(runs + lengths, per_run) - self.starts)
 
 
+def combine_multipliers(outer: int | None, inner: int | None) -> int | None:
+    """energon's rule for nested shuffle_over_epochs multipliers: None wins, then -1, else the product."""
+    if outer is None or inner is None:
+        return None
+    if outer == -1 or inner == -1:
+        return -1
+    return outer * inner
+
+
 def _draws(sizes: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """Blocks drawn uniformly with replacement until they cover `n` positions (shuffle_over_epochs -1)."""
     seq, total = [], 0

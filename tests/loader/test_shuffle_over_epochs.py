@@ -137,3 +137,59 @@ def test_state_of_another_multiplier_is_refused(prepared_root):
     other = train(prepared_root, 1)
     with pytest.raises(LoaderError, match="shuffle_over_epochs"):
         other.restore_state_rank(first.save_state_rank())
+
+
+def _mds(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text("__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n" + body)
+    return str(path)
+
+
+def _pass_keys(path, multiplier=1):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_train_dataset(
+        path,
+        worker_config=wc,
+        batch_size=5,
+        shuffle_over_epochs_multiplier=multiplier,
+        task_encoder=Raw(),
+        repeat=False,
+    )
+    return [k for b in ea.get_loader(ds) for k in b.__key__]
+
+
+def test_metadataset_multipliers_combine_as_energons(tmp_path, prepared_root):
+    inner = _mds(
+        tmp_path,
+        "inner.yaml",
+        f"  train:\n    path: {prepared_root}\n    shuffle_over_epochs_multiplier: 2\n",
+    )
+    outer = _mds(
+        tmp_path, "outer.yaml", f"  train:\n    path: {inner}\n    shuffle_over_epochs_multiplier: 3\n"
+    )
+    assert set(Counter(_pass_keys(inner)).values()) == {2}
+    assert set(Counter(_pass_keys(outer)).values()) == {6}  # nested references multiply
+    assert set(Counter(_pass_keys(inner, 2)).values()) == {4}  # and so does the loader's argument
+    assert _pass_keys(inner, None) == _pass_keys(prepared_root, None)  # None wins: no shuffling
+    endless = _mds(
+        tmp_path, "endless.yaml", f"  train:\n    path: {inner}\n    shuffle_over_epochs_multiplier: -1\n"
+    )
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_train_dataset(endless, worker_config=wc, batch_size=5, task_encoder=Raw(), repeat=False)
+    assert len(keys(ea.get_loader(ds), 3 * N)) == 3 * N  # -1 wins over 2: endless even with repeat=False
+
+
+def test_metadataset_multiplier_errors(tmp_path, prepared_root):
+    bad = _mds(
+        tmp_path, "bad.yaml", f"  train:\n    path: {prepared_root}\n    shuffle_over_epochs_multiplier: 0\n"
+    )
+    with pytest.raises(LoaderError, match=r"bad\.yaml: line \d+.*must be an integer >= 1, -1 or null, got 0"):
+        _pass_keys(bad)
+    epochized = _mds(
+        tmp_path,
+        "epochized.yaml",
+        f"  train:\n    blend_epochized:\n      - repetitions: 1\n        path: {prepared_root}\n"
+        "        shuffle_over_epochs_multiplier: 2\n",
+    )
+    with pytest.raises(LoaderError, match="not for blend_epochized"):
+        _pass_keys(epochized)
