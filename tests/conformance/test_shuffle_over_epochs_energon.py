@@ -55,3 +55,14 @@ def test_none_keeps_the_split_order(root):
     assert pass_keys(ea, root, None, parallel_shard_iters=1) == pass_keys(
         energon, root, None, parallel_shard_iters=1
     )
+
+
+def test_metadataset_multiplier_combines_with_the_argument(root, tmp_path):
+    mds = tmp_path / "mds.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n"
+        f"  train:\n    path: {root}\n    shuffle_over_epochs_multiplier: 2\n"
+    )
+    ours, ref = pass_keys(ea, str(mds), 2), pass_keys(energon, str(mds), 2)
+    assert Counter(ours) == Counter(ref)
+    assert set(Counter(ours).values()) == {4}
