@@ -275,3 +275,23 @@ def test_packing_configuration_errors(prepared_root):
 
     with pytest.raises(LoaderError, match="not one of the buffer's samples"):
         take(make_loader(prepared_root, Copies()), 1)
+
+
+def test_finite_pass_resumes_to_its_end(prepared_root):
+    ref = list(make_loader(prepared_root, repeat=False, buffer=9))
+    for cut in (1, len(ref) // 2, len(ref) - 1):
+        first = make_loader(prepared_root, repeat=False, buffer=9)
+        take(first, cut)
+        second = make_loader(prepared_root, repeat=False, buffer=9, workers=2)
+        second.restore_state_rank(first.save_state_rank())
+        assert list(second) == ref[cut:]
+
+
+def test_val_limit_with_packing(prepared_root):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    val = ea.get_val_dataset(
+        prepared_root, worker_config=wc, batch_size=2, packing_buffer_size=8, task_encoder=PackTE(), limit=3
+    )
+    loader = ea.get_loader(val)
+    first, second = list(loader), list(loader)
+    assert len(first) == 3 and first == second  # every pass starts over
