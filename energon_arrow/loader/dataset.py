@@ -24,7 +24,7 @@ from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
 from energon_arrow.loader.image_slots import SlotAllocator, SlotBoard
-from energon_arrow.loader.order import BlockLayout, EpochCache
+from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
 from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_reader
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
@@ -43,13 +43,21 @@ class LoaderSettings:
         16  # consecutive samples of one shard kept together (energon's max_samples_per_sequence)
     )
     shuffle_buffer: int = 0
+    #: energon's shuffle_over_epochs (when shuffling): k >= 1 a permutation spans k epochs, -1 blocks drawn with
+    #: replacement, None no block shuffling (loader/order.py)
+    shuffle_over_epochs: int | None = 1
+    #: per source: a metadataset's shuffle_over_epochs_multiplier, combined with the one above (None: all 1)
+    source_over_epochs: tuple | None = None
     drop_last: bool = False  # finite streams: drop the last, partial global batch
     skip_errors: bool = False  # skip samples whose parts fail to decode (counted) instead of raising
     error_budget: int = 100  # with skip_errors: raise once more samples than this were skipped (per worker)
     read_ahead: int | None = None  # batches fetched ahead in a thread; default 2 on object stores, 0 locally
 
     def fingerprint(self) -> dict:
-        return {
+        extra = {"shuffle_over_epochs": self.shuffle_over_epochs} if self.shuffle_over_epochs != 1 else {}
+        if self.source_over_epochs is not None and any(m != 1 for m in self.source_over_epochs):
+            extra["source_over_epochs"] = list(self.source_over_epochs)
+        return extra | {
             "global_batch_size": self.global_batch_size,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -103,7 +111,19 @@ class BatchDataset(torch.utils.data.IterableDataset):
         else:
             self.schedule = BatchSchedule(sizes, settings.global_batch_size, settings.seed, weights)
             epoch = int(sum(sizes))
-        self.limit = None if settings.repeat else epoch
+        self.over_epochs = _over_epochs(settings, len(sources))
+        if any(m != 1 for m in self.over_epochs):
+            if repetitions is not None or (len(sources) > 1 and weights is None):
+                raise LoaderError(
+                    f"shuffle_over_epochs_multiplier={self.over_epochs} is supported for one dataset or a weighted "
+                    "blend, not for blend_epochized or concatenated datasets (their epochs are counted in single "
+                    "passes)"
+                )
+            over = self.over_epochs[0]  # one dataset here (a weighted blend has no finite pass)
+            epoch = (
+                None if over == -1 else epoch * (over or 1)
+            )  # a finite pass spans `over` epochs (-1: endless)
+        self.limit = None if settings.repeat or epoch is None else epoch
         if self.limit is not None and settings.drop_last:
             self.limit -= self.limit % settings.global_batch_size
         self.builders = [
@@ -125,8 +145,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def _caches(self) -> list[EpochCache]:
         s = self.settings
         return [
-            EpochCache(layout, s.seed + 7919 * i, s.shuffle_buffer, s.shuffle)
-            for i, layout in enumerate(self.layouts)
+            EpochCache(layout, s.seed + 7919 * i, s.shuffle_buffer, s.shuffle, over)
+            for i, (layout, over) in enumerate(zip(self.layouts, self.over_epochs))
         ]
 
     def plan(self, b: int, caches: list[EpochCache]) -> tuple[np.ndarray, np.ndarray]:
@@ -219,3 +239,15 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 pool.shutdown(wait=False, cancel_futures=True)
             for r in readers:
                 r.close()
+
+
+def _over_epochs(settings: LoaderSettings, n_sources: int) -> list:
+    """Each source's shuffle_over_epochs (1 when not shuffling): the loader's argument combined with the
+    metadataset's per-dataset multiplier (energon's rule, loader/order.py)."""
+    over = settings.shuffle_over_epochs
+    if over is not None and over != -1 and (isinstance(over, bool) or not isinstance(over, int) or over < 1):
+        raise LoaderError(f"shuffle_over_epochs_multiplier must be >= 1, -1 or None, got {over!r}")
+    if not settings.shuffle:
+        return [1] * n_sources
+    own = settings.source_over_epochs or (1,) * n_sources
+    return [combine_multipliers(over, m) for m in own]

@@ -16,12 +16,12 @@ from energon_arrow.loader.energon_args import (
     apply_deprecated_kwargs,
     check_cache_pool,
     check_dataset_kwargs,
-    check_shuffle_over_epochs,
     refuse_unknown,
 )
 from energon_arrow.loader.energon_dataset import EnergonDataset, build_dataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.metadataset_sources import OpenedSources, open_sources
+from energon_arrow.loader.packing import check_packing
 from energon_arrow.loader.savable_loader import BasicLoader, SavableLoader
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
@@ -58,6 +58,8 @@ class _Request:
     def __init__(self, task_encoder, kwargs: dict, function: str):
         self.te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
         self.handler = apply_deprecated_kwargs(kwargs, self.te)
+        self.packing_buffer_size = kwargs.pop("packing_buffer_size", None)
+        check_packing(self.te, self.packing_buffer_size, function)
         check_dataset_kwargs(kwargs, function)
         self.subflavors = kwargs.pop("subflavors", None)
         self.storage_options = kwargs.pop("storage_options", None)
@@ -80,6 +82,7 @@ class _Request:
             trust_remote_code=self.trust_remote_code,
             sample_type=self.sample_type,
             error_handler=self.handler,
+            packing_buffer_size=self.packing_buffer_size,
             **kw,
         )
 
@@ -105,11 +108,13 @@ def get_train_dataset(
     `batch_size=None`: unbatched, the loader yields single encoded samples. `max_samples_per_sequence`: number of
     consecutive samples of a shard kept together (default 16); `shuffle_buffer_size`: the shuffle window.
     `virtual_epoch_length > 0`: each iteration of the loader yields that many batches and the next continues.
+    `shuffle_over_epochs_multiplier`: k >= 1 shuffles over k epochs (a finite pass is k epochs), -1 draws
+    blocks of samples with replacement (endless), None keeps the samples in order (loader/order.py).
+    `packing_buffer_size`: pack samples with the task encoder's packing hooks (loader/packing.py).
     Also: `subflavors`, `sample_type` (checked against the dataset's), energon's deprecated decoder arguments
     and `handler`, the no-effect arguments of loader/energon_args.py, and ours: `storage_options`,
     `trust_remote_code`, `skip_errors`, `error_budget`."""
     kwargs["packing_buffer_size"] = packing_buffer_size
-    check_shuffle_over_epochs(shuffle_over_epochs_multiplier, "get_train_dataset")
     req = _Request(task_encoder, kwargs, "get_train_dataset")
     opened = req.sources(path, split_part)
     settings = dict(
@@ -117,6 +122,8 @@ def get_train_dataset(
         repeat=repeat,
         block_size=max_samples_per_sequence or 16,
         shuffle_buffer=shuffle_buffer_size or 0,
+        shuffle_over_epochs=shuffle_over_epochs_multiplier,
+        source_over_epochs=tuple(opened.multipliers) if opened.multipliers else None,
     )
     return req.build(
         opened.sources,

@@ -4,8 +4,7 @@
   `parallel_shard_iters`, `checkpoint_every_sec`, `checkpoint_every_min_n_samples`, `n_checkpoints`,
   `gc_collect_every_n_steps`, the default `dataset_config` / `split_config` file names;
 - refused with a LoaderError naming the argument when set to a value that would change results and that is not
-  implemented: `packing_buffer_size` (issue 13), `shuffle_over_epochs_multiplier` other than 1 / None, a
-  `cache_pool`, other `dataset_config` / `split_config` files, `subset=` (use a metadataset's `subset:`);
+  implemented: a `cache_pool`, other `dataset_config` / `split_config` files, `subset=` (use a metadataset's `subset:`);
 - energon's deprecated decoder arguments (`auto_decode`, `image_decode`, `av_decode`, `video_decode_audio`)
   set the task encoder's decoder exactly as energon does; the deprecated `handler` is used as the error handler
   of this dataset's task-encoder hooks (energon 7.4.1 warns and ignores it).
@@ -50,23 +49,6 @@ def check_dataset_kwargs(kwargs: dict, function: str) -> None:
     if kwargs.pop("subset", None) is not None:
         raise LoaderError(
             f"{function}: subset= is not supported here; give the subset in a metadataset (subset:)"
-        )
-    refuse_packing(kwargs.pop("packing_buffer_size", None), function)
-
-
-def refuse_packing(packing_buffer_size: Any, function: str) -> None:
-    if packing_buffer_size is not None:
-        raise LoaderError(
-            f"{function}: packing_buffer_size={packing_buffer_size!r}: sample packing is not supported yet "
-            "(issue 13); select_samples_to_pack / pack_selected_samples may be declared but are not called"
-        )
-
-
-def check_shuffle_over_epochs(multiplier: Any, function: str) -> None:
-    if multiplier not in (1, None):
-        raise LoaderError(
-            f"{function}: shuffle_over_epochs_multiplier={multiplier!r} is not supported: every epoch is one "
-            "fresh permutation of all samples (the energon default, 1)"
         )
 
 

@@ -2,7 +2,7 @@
 it (worker config, batch size, `len()`, the val limit, the virtual epoch) and how its loader forms batches.
 
 Batches are one per read chunk (this rank's slice of a global batch) unless the task encoder groups samples,
-has generator hooks, or `batch_size=None`: then the workers return encoded samples and the loader regroups them
+has generator hooks, packs samples (`packing_buffer_size`), or `batch_size=None`: then the workers return encoded samples and the loader regroups them
 (loader/regroup.py), reading chunks of `batch_size` samples per rank (1 when unbatched).
 """
 
@@ -29,6 +29,7 @@ class EnergonDataset(BatchDataset):
     batch_drop_last: bool
     batch_limit: int | None
     virtual_epoch_length: int
+    packing_buffer_size: int | None
     mode: str
     energon_len: int
 
@@ -44,9 +45,9 @@ class EnergonDataset(BatchDataset):
     def __len__(self) -> int:
         """Batches (samples when unbatched) this rank yields in one pass of a finite dataset (val, or train with
         repeat=False) whenever that is known in advance; otherwise (an endless train dataset, grouped batches,
-        generator hooks) energon's len(), computed as energon computes it."""
+        generator hooks, packing) energon's len(), computed as energon computes it (packing: as if unpacked)."""
         h = self.hooks
-        if self.limit is None or h.group_fn is not None or h.generates:
+        if self.limit is None or h.group_fn is not None or h.generates or h.packing:
             return self.energon_len
         g = self.settings.global_batch_size
         n = max(0, -(-(self.limit - self.rank * self.local_batch_size) // g))
@@ -92,6 +93,7 @@ def build_dataset(
     error_handler: Any = None,
     limit: int | None = None,
     virtual_epoch_length: int = 0,
+    packing_buffer_size: int | None = None,
     weights: list[float] | None = None,
     repetitions: list[float] | None = None,
 ) -> EnergonDataset:
@@ -108,7 +110,9 @@ def build_dataset(
     from energon_arrow.loader.hooks import TaskHooks
 
     probe = TaskHooks(task_encoder)  # which hooks are overridden decides the batching mode
-    stream = batch_size is None or probe.group_fn is not None or probe.generates
+    stream = (
+        batch_size is None or probe.group_fn is not None or probe.generates or packing_buffer_size is not None
+    )
     chunk = 1 if batch_size is None else batch_size
     ds = EnergonDataset(
         sources,
@@ -134,6 +138,8 @@ def build_dataset(
                     f"{sample_type.__name__}"
                 )
     ds.hooks.stream = stream
+    ds.hooks.packing = packing_buffer_size is not None
+    ds.packing_buffer_size = packing_buffer_size
     ds.hooks.worker_config = worker_config
     if error_handler is not None:
         ds.hooks.worker_config = _with_handler(worker_config, error_handler)

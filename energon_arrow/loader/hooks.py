@@ -1,7 +1,8 @@
 """The task-encoder hooks the loader calls, in energon 7.4's order and with its error contract.
 
 Per sample (in the workers): cook_crude_sample (crude samples) -> preencode_sample or encode_sample (whichever is
-overridden) -> postencode_sample (when overridden). Per batch: batch -> encode_batch (when overridden). Hooks may
+overridden) -> postencode_sample (when overridden and not packing; with packing it runs on the selected samples,
+loader/packing.py). Per batch: batch -> encode_batch (when overridden). Hooks may
 be generators (all outputs are kept, in order) and may raise SkipSample (the sample or batch is dropped).
 
 Errors, as energon's ErrorContext: any other exception of a hook goes to `worker_config.global_error_handler`
@@ -151,6 +152,7 @@ class TaskHooks:
             False  # True: workers return the encoded samples; batches are formed by loader/regroup.py
         )
         self.batched = True  # False: batch_size=None, samples are yielded one by one
+        self.packing = False  # True: postencode_sample runs after packing selection (loader/packing.py)
         te = task_encoder
         self.is_default = te is None or bool(getattr(te, "is_default_encoding", lambda: False)())
         self.pre = self.post = self.encode_batch_fn = None
@@ -237,7 +239,8 @@ class TaskHooks:
                     cooker=cooker,
                     aux=aux,
                 )
-        for name, fn in (("encode_sample", self.pre), ("postencode_sample", self.post)):
+        post = None if self.packing else self.post
+        for name, fn in (("encode_sample", self.pre), ("postencode_sample", post)):
             if fn is not None:
                 samples = [out for s in samples for out in self._call(name, fn, s, seed, index)]
         return samples

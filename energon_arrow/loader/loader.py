@@ -126,9 +126,8 @@ class Loader:
             raise LoaderError(f"not a loader state of version {STATE_VERSION}: {state!r:.200}")
         ours = self.dataset.settings.fingerprint()
         if state["settings"] != ours:
-            diff = {
-                k: (state["settings"].get(k), v) for k, v in ours.items() if state["settings"].get(k) != v
-            }
+            saved = state["settings"]
+            diff = {k: (saved.get(k), ours.get(k)) for k in {**saved, **ours} if saved.get(k) != ours.get(k)}
             raise LoaderError(f"loader state was saved with different settings (saved, now): {diff}")
         if state["sources"] != [len(s) for s in self.dataset.sources]:
             raise LoaderError(

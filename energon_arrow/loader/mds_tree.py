@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from energon_arrow.adapters import open_storage
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.order import combine_multipliers
 from energon_arrow.loader.subset import Subset, merge_subset, parse_subset
 from energon_arrow.meta import MetaError
 from energon_arrow.meta._yaml import YamlMap, parse_yaml_tracked
@@ -68,6 +69,9 @@ class Leaf:
     dataset_config: str | None = None
     split_config: str | None = None
     join: JoinSpec | None = None
+    shuffle_over_epochs: int | None = (
+        1  # the references' shuffle_over_epochs_multiplier, combined (energon's rule)
+    )
 
 
 @dataclass
@@ -213,7 +217,7 @@ class _Resolver:
     def _reference(self, doc, node, split_part, subflavors, subset, v1=False) -> ResolvedSplit:
         if "path" not in node:
             raise LoaderError(f"{doc.at(node)}: a dataset reference needs a 'path'")
-        _check_shuffle_multiplier(doc, node)
+        multiplier = _multiplier(doc, node)
         own = doc.mapping(node, "subflavors", "dataset reference")
         if v1 and node.get("subflavor") is not None:  # energon's legacy single subflavor
             own = {"__subflavor__": node["subflavor"], **(own or {})}
@@ -230,7 +234,12 @@ class _Resolver:
             for key in ("aux", "dataset_config", "split_config"):
                 if node.get(key) is not None:
                     raise LoaderError(f"{doc.at(node, key)}: {key!r} cannot be set on a nested metadataset")
-            return self.split_of(path, split, subflavors, subset, doc.at(node, "path"))
+            inner = self.split_of(path, split, subflavors, subset, doc.at(node, "path"))
+            leaves = [
+                replace(leaf, shuffle_over_epochs=combine_multipliers(leaf.shuffle_over_epochs, multiplier))
+                for leaf in inner.leaves
+            ]
+            return ResolvedSplit(inner.mode, leaves)
         leaf = Leaf(
             path=path,
             split_part=split,
@@ -239,13 +248,14 @@ class _Resolver:
             aux=aux,
             dataset_config=doc.string(node, "dataset_config"),
             split_config=doc.string(node, "split_config"),
+            shuffle_over_epochs=multiplier,
         )
         if subset is not None and subset.absolute is None and subset.range == (0.0, 1.0):
             leaf.subset = None
         return ResolvedSplit("none", [leaf])
 
     def _join(self, doc, node, split_part, subflavors, subset) -> Leaf:
-        _check_shuffle_multiplier(doc, node)
+        multiplier = _multiplier(doc, node)
         for key in ("dataset_config", "split_config"):
             if node.get(key) is not None:
                 raise LoaderError(
@@ -272,6 +282,7 @@ class _Resolver:
             subflavors=subflavors,
             subset=subset,
             join=JoinSpec(members, dict(joiner), doc.path),
+            shuffle_over_epochs=multiplier,
         )
 
     def _join_member(self, doc, node) -> JoinMember:
@@ -330,12 +341,25 @@ def _scaled(inner: ResolvedSplit, mode: str, factor: float, where: str) -> list[
     return out
 
 
+def _multiplier(doc: MdsFile, node: dict) -> int | None:
+    """A reference's `shuffle_over_epochs_multiplier`: an integer >= 1, -1 or None (default 1)."""
+    value = node.get("shuffle_over_epochs_multiplier", 1)
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or value == 0 or value < -1
+    ):
+        raise LoaderError(
+            f"{doc.at(node, 'shuffle_over_epochs_multiplier')}: shuffle_over_epochs_multiplier must be an "
+            f"integer >= 1, -1 or null, got {value!r}"
+        )
+    return value
+
+
 def _check_shuffle_multiplier(doc: MdsFile, node: dict) -> None:
     value = node.get("shuffle_over_epochs_multiplier", 1)
     if value != 1:
         raise LoaderError(
-            f"{doc.at(node, 'shuffle_over_epochs_multiplier')}: shuffle_over_epochs_multiplier={value!r} is not "
-            "supported: every epoch is a fresh permutation of the whole split (energon's default, 1)"
+            f"{doc.at(node, 'shuffle_over_epochs_multiplier')}: shuffle_over_epochs_multiplier={value!r} on a "
+            "join member is not supported: set it on the join itself"
         )
 
 

@@ -23,6 +23,8 @@ class OpenedSources:
     mode: str = "none"  # "none" | "weight" | "repetitions"
     weights: list[float] | None = None
     repetitions: list[float] | None = None
+    #: each source's shuffle_over_epochs_multiplier from the metadataset (None when not a metadataset)
+    multipliers: list[int | None] | None = None
 
     def dataset_arguments(self, training: bool, repeat: bool = True) -> dict:
         """`BatchDataset` blend keyword arguments for training or validation."""
@@ -78,10 +80,11 @@ def open_sources(
         return OpenedSources([open_leaf(Leaf(path, split_part, subflavors), storage_options)])
     resolved = resolve_split(path, split_part, subflavors, storage_options)
     sources = [open_leaf(leaf, storage_options) for leaf in resolved.leaves]
+    multipliers = [leaf.shuffle_over_epochs for leaf in resolved.leaves]
     if resolved.mode == "weight":
-        return OpenedSources(sources, "weight", weights=[float(leaf.weight) for leaf in resolved.leaves])
+        weights = [float(leaf.weight) for leaf in resolved.leaves]
+        return OpenedSources(sources, "weight", weights=weights, multipliers=multipliers)
     if resolved.mode == "repetitions":
-        return OpenedSources(
-            sources, "repetitions", repetitions=[float(leaf.repetitions) for leaf in resolved.leaves]
-        )
-    return OpenedSources(sources)
+        repetitions = [float(leaf.repetitions) for leaf in resolved.leaves]
+        return OpenedSources(sources, "repetitions", repetitions=repetitions, multipliers=multipliers)
+    return OpenedSources(sources, multipliers=multipliers)

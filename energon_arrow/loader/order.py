@@ -6,6 +6,11 @@ batch reads a few contiguous byte ranges per shard. An optional shuffle buffer t
 `p + u(p) * shuffle_buffer` (u uniform in [0, 1)), which moves every sample by less than `shuffle_buffer`
 positions, like a streaming shuffle buffer of that size.
 
+With energon's `shuffle_over_epochs` k > 1 an "epoch" here spans k epochs: the block list repeated k times is
+permuted as one, so every sample is seen k times in k * n positions; with -1 blocks are drawn with replacement
+(each n positions draw fresh blocks; the block crossing the n-th position is cut there); with None blocks and
+samples keep table order (the shuffle buffer still applies).
+
 Only O(blocks) state is kept per epoch (the block permutation and its cumulative sizes); the permutation inside
 a block and the buffer keys come from a counter-based hash of (seed, epoch, row or position), so any position of
 any epoch is computed in O(batch + shuffle_buffer) without materialising the epoch. A worker's memory therefore
@@ -56,40 +61,78 @@ class BlockLayout:
         self.sizes = np.minimum(block_size, np.repeat(runs + lengths, per_run) - self.starts)
 
 
+def combine_multipliers(outer: int | None, inner: int | None) -> int | None:
+    """energon's rule for nested shuffle_over_epochs multipliers: None wins, then -1, else the product."""
+    if outer is None or inner is None:
+        return None
+    if outer == -1 or inner == -1:
+        return -1
+    return outer * inner
+
+
+def _draws(sizes: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Blocks drawn uniformly with replacement until they cover `n` positions (shuffle_over_epochs -1)."""
+    seq, total = [], 0
+    while total < n:
+        d = rng.integers(len(sizes), size=len(sizes))
+        seq.append(d)
+        total += int(sizes[d].sum())
+    seq = np.concatenate(seq)
+    return seq[: int(np.searchsorted(np.cumsum(sizes[seq]), n, side="left")) + 1]
+
+
 class EpochOrder:
-    """Rows at the positions of one epoch."""
+    """Rows at the positions of one epoch: with `over_epochs` k > 1, of one span of k epochs (k * n positions,
+    every block k times, energon's shuffle_over_epochs); -1: n positions of blocks drawn with replacement; None:
+    blocks and samples in table order (the shuffle buffer still applies)."""
 
     def __init__(
-        self, layout: BlockLayout, seed: int, epoch: int, shuffle_buffer: int = 0, shuffle: bool = True
+        self,
+        layout: BlockLayout,
+        seed: int,
+        epoch: int,
+        shuffle_buffer: int = 0,
+        shuffle: bool = True,
+        over_epochs: int | None = 1,
     ):
         self.layout, self.seed, self.epoch = layout, seed, epoch
         self.shuffle, self.buffer = shuffle, shuffle_buffer if shuffle else 0
-        if shuffle and len(layout.starts):
-            self.perm = _rng(seed, epoch).permutation(len(layout.starts))
-            sizes = layout.sizes[self.perm]
-            self.cum = np.r_[0, np.cumsum(sizes)]
+        k = int(over_epochs) if shuffle and over_epochs not in (None, -1) else 1
+        self.n = layout.n * k
+        nb = len(layout.starts)
+        self.blocks = shuffle and over_epochs is not None and nb > 0
+        if not self.blocks:
+            return
+        if over_epochs == -1:
+            self.seq = _draws(layout.sizes, layout.n, _rng(seed, epoch, 3))
+            self.inner = epoch * 2**24 + np.arange(len(self.seq), dtype=np.int64)
+            self.stream = 3
+        else:
+            perm = _rng(seed, epoch).permutation(k * nb)
+            self.seq, self.inner, self.stream = perm % nb, epoch * k + perm // nb, 1
+        self.cum = np.r_[0, np.cumsum(layout.sizes[self.seq])]
 
     def _unbuffered(self, pos: np.ndarray) -> np.ndarray:
-        if not self.shuffle or not len(pos):
+        if not self.blocks or not len(pos):
             return pos
         j = np.searchsorted(self.cum, pos, side="right") - 1
-        block = self.perm[j]
         off = pos - self.cum[j]
         # the permutation inside a block: rank `off` among the hashed keys of the block's rows
         out = np.empty(len(pos), np.int64)
-        for b in np.unique(block).tolist():
-            m = block == b
+        for jj in np.unique(j).tolist():
+            m = j == jj
+            b = int(self.seq[jj])
             s0, sz = int(self.layout.starts[b]), int(self.layout.sizes[b])
-            inner = np.argsort(hash_uniform(self.seed, self.epoch, 1, np.arange(s0, s0 + sz)), kind="stable")
-            out[m] = s0 + inner[off[m]]
+            keys = hash_uniform(self.seed, int(self.inner[jj]), self.stream, np.arange(s0, s0 + sz))
+            out[m] = s0 + np.argsort(keys, kind="stable")[off[m]]
         return out
 
     def rows_at(self, pos: np.ndarray) -> np.ndarray:
-        """Rows at positions `pos` (0 <= pos < n) of this epoch."""
+        """Rows at positions `pos` (0 <= pos < self.n) of this epoch."""
         pos = np.asarray(pos, np.int64)
         if self.buffer <= 1 or not len(pos):
             return self._unbuffered(pos)
-        n, b = self.layout.n, self.buffer
+        n, b = self.n, self.buffer
         lo, hi = max(0, int(pos.min()) - 2 * b), min(n, int(pos.max()) + 2 * b + 1)
         window = np.arange(lo, hi, dtype=np.int64)
         keys = window + hash_uniform(self.seed, self.epoch, 2, window) * b
@@ -104,27 +147,34 @@ def epoch_order(
     block_size: int = 16,
     shuffle_buffer: int = 0,
     shuffle: bool = True,
+    over_epochs: int | None = 1,
 ) -> np.ndarray:
-    """All rows of one epoch in iteration order (the materialised form of `EpochOrder`)."""
-    order = EpochOrder(BlockLayout(np.asarray(shard_ids), block_size), seed, epoch, shuffle_buffer, shuffle)
-    return order.rows_at(np.arange(len(shard_ids), dtype=np.int64))
+    """All rows of one epoch (span of epochs) in iteration order (the materialised form of `EpochOrder`)."""
+    layout = BlockLayout(np.asarray(shard_ids), block_size)
+    order = EpochOrder(layout, seed, epoch, shuffle_buffer, shuffle, over_epochs)
+    return order.rows_at(np.arange(order.n, dtype=np.int64))
+
+
+_ARGS = ("seed", "shuffle_buffer", "shuffle", "over_epochs")
 
 
 class EpochCache:
     """Maps stream positions (epochs concatenated) to table rows, keeping the last two epochs' state."""
 
-    def __init__(self, layout: BlockLayout, seed: int, shuffle_buffer: int, shuffle: bool):
+    def __init__(
+        self, layout: BlockLayout, seed: int, shuffle_buffer: int, shuffle: bool, over_epochs: int | None = 1
+    ):
         self.layout = layout
-        self.n = layout.n
-        self.args = (seed, shuffle_buffer, shuffle)
+        k = int(over_epochs) if shuffle and over_epochs not in (None, -1) else 1
+        self.n = layout.n * k  # positions of one epoch (one span of k epochs)
+        self.args = (seed, shuffle_buffer, shuffle, over_epochs)
         self._orders: dict[int, EpochOrder] = {}
 
     def order(self, epoch: int) -> EpochOrder:
         if epoch not in self._orders:
-            seed, shuffle_buffer, shuffle = self.args
             if len(self._orders) >= 2:
                 self._orders.pop(min(self._orders))
-            self._orders[epoch] = EpochOrder(self.layout, seed, epoch, shuffle_buffer, shuffle)
+            self._orders[epoch] = EpochOrder(self.layout, epoch=epoch, **dict(zip(_ARGS, self.args)))
         return self._orders[epoch]
 
     def rows_at(self, pos: np.ndarray) -> np.ndarray:

@@ -9,10 +9,13 @@ chunk order, so the batches do not depend on the worker count:
   `batch_size`); a full bucket becomes a batch; at the end of a finite pass the partial buckets are batched in
   the order the groups first appeared, unless drop_last (energon's GroupBatchDataset);
 - batched: one bucket of `batch_size`; the last partial batch as above (energon's BatchDataset);
-- unbatched: every sample is an output.
+- unbatched: every sample is an output;
+- packing (`packing_buffer_size`): the samples go through loader/packing.py first; its packs are grouped /
+  batched as above.
 
 State (plain JSON): the chunks consumed live in the loader state; this holds the samples waiting in buckets and
-the outputs not yet yielded, each as `[chunk, index in the chunk's encoded samples]`. Restoring re-encodes those
+the outputs not yet yielded, each as `[chunk, index in the chunk's encoded samples]` (a pack: its samples' refs
+and its output index), and the partial packing window. Restoring re-encodes those
 chunks (hooks marked `@stateless(restore_seeds=True)` reproduce their randomness) and regroups them.
 """
 
@@ -24,8 +27,25 @@ from typing import Any
 
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
+from energon_arrow.loader.packing import Packer
 
 Ref = tuple[int, int]
+_NOT_DETERMINISTIC = (
+    "the task encoder is not deterministic (mark random hooks @stateless(restore_seeds=True))"
+)
+
+
+def _ref_json(ref: tuple) -> list:
+    """A sample ref [chunk, index] or a pack ref [[[chunk, index], ...], output index] as plain JSON."""
+    if isinstance(ref[0], tuple):
+        return [[list(r) for r in ref[0]], ref[1]]
+    return list(ref)
+
+
+def _ref_of(value: list) -> tuple:
+    if isinstance(value[0], list):
+        return tuple(tuple(r) for r in value[0]), int(value[1])
+    return int(value[0]), int(value[1])
 
 
 class _Bucket:
@@ -34,13 +54,23 @@ class _Bucket:
 
 
 class Regrouper:
-    def __init__(self, hooks: TaskHooks, batch_size: int | None, drop_last: bool, limit: int | None = None):
+    def __init__(
+        self,
+        hooks: TaskHooks,
+        batch_size: int | None,
+        drop_last: bool,
+        limit: int | None = None,
+        packing_buffer_size: int | None = None,
+    ):
         self.hooks, self.batch_size, self.drop_last, self.limit = hooks, batch_size, drop_last, limit
         self.grouped = hooks.group_fn is not None
+        self.packer = Packer(hooks, packing_buffer_size) if packing_buffer_size is not None else None
         self.reset()
 
     def reset(self) -> None:
         """Start a new pass."""
+        if self.packer is not None:
+            self.packer.reset()
         self.buckets: dict[Hashable, _Bucket] = {}
         # entries [refs, outputs, consumed, batch index or None (unbatched)]
         self.queue: deque[list] = deque()
@@ -49,7 +79,7 @@ class Regrouper:
         self.finished = False
 
     # ---- feeding -----------------------------------------------------------------------------------------
-    def _bucket_of(self, sample: Any, chunk: int) -> _Bucket | None:
+    def _bucket_of(self, sample: Any) -> _Bucket | None:
         if not self.grouped:
             key, size = None, self.batch_size
         else:
@@ -76,15 +106,23 @@ class Regrouper:
         self.queue.append([refs, self.hooks.batches(samples, self.formed), 0, self.formed])
         self.formed += 1
 
-    def feed(self, chunk: int, samples: list, refs: list[Ref] | None = None) -> None:
-        """Add the encoded samples of `chunk` (or, when restoring, the samples of `refs`)."""
-        refs = refs if refs is not None else [(chunk, i) for i in range(len(samples))]
+    def feed(self, chunk: int, samples: list) -> None:
+        """Add the encoded samples of `chunk` (packed first when packing)."""
+        refs = [(chunk, i) for i in range(len(samples))]
+        if self.packer is None:
+            self._place(samples, refs)
+            return
+        packs = [p for ref, s in zip(refs, samples) for p in self.packer.add(ref, s, self.formed)]
+        self._place([p for _, p in packs], [r for r, _ in packs])
+
+    def _place(self, samples: list, refs: list) -> None:
+        """Put samples (or packs) with their refs into the buckets / the output queue."""
         if self.batch_size is None and not self.grouped:
             if samples:
                 self.queue.append([list(refs), list(samples), 0, None])
             return
         for ref, sample in zip(refs, samples):
-            bucket = self._bucket_of(sample, chunk)
+            bucket = self._bucket_of(sample)
             if bucket is None:
                 continue
             bucket.refs.append(ref)
@@ -94,6 +132,9 @@ class Regrouper:
 
     def finish(self) -> None:
         """End of a finite pass: batch the partial buckets (unless drop_last)."""
+        if not self.finished and self.packer is not None:
+            packs = self.packer.flush(self.formed)
+            self._place([p for _, p in packs], [r for r, _ in packs])
         if not self.finished and not self.drop_last:
             for bucket in self.buckets.values():
                 if bucket.samples:
@@ -122,10 +163,10 @@ class Regrouper:
 
     # ---- state -------------------------------------------------------------------------------------------
     def state(self) -> dict:
-        return {
-            "buckets": [[list(r) for r in b.refs] for b in self.buckets.values() if b.refs],
+        state = {
+            "buckets": [[_ref_json(r) for r in b.refs] for b in self.buckets.values() if b.refs],
             "queue": [
-                {"refs": [list(r) for r in refs], "consumed": consumed, "batch": index}
+                {"refs": [_ref_json(r) for r in refs], "consumed": consumed, "batch": index}
                 for refs, outputs, consumed, index in self.queue
                 if consumed < len(outputs)
             ],
@@ -133,35 +174,55 @@ class Regrouper:
             "yielded": self.yielded,
             "finished": self.finished,
         }
+        if self.packer is not None:
+            state["packing"] = self.packer.state()
+        return state
 
     def restore(self, state: dict, encoded_chunk: Callable[[int], list]) -> None:
         """Rebuild the buckets and the output queue of `state`, re-encoding the chunks they come from."""
         self.reset()
+        self.formed = int(state["formed"])
         chunks: dict[int, list] = {}
 
-        def samples_of(refs: list) -> list:
-            out = []
-            for c, i in refs:
-                if c not in chunks:
-                    chunks[c] = encoded_chunk(c)
-                if i >= len(chunks[c]):
-                    raise LoaderError(
-                        f"loader state refers to sample {i} of chunk {c}, which now encodes to {len(chunks[c])} "
-                        "samples: the task encoder is not deterministic (mark random hooks "
-                        "@stateless(restore_seeds=True))"
-                    )
-                out.append(chunks[c][i])
-            return out
+        packs: dict[tuple, list] = {}
 
+        def sample_at(c: int, i: int) -> Any:
+            if c not in chunks:
+                chunks[c] = encoded_chunk(c)
+            if i >= len(chunks[c]):
+                raise LoaderError(
+                    f"loader state refers to sample {i} of chunk {c}, which now encodes to {len(chunks[c])} "
+                    f"samples: {_NOT_DETERMINISTIC}"
+                )
+            return chunks[c][i]
+
+        def item_at(ref: tuple, index: int) -> Any:
+            if not isinstance(ref[0], tuple):
+                return sample_at(*ref)
+            group, k = ref
+            if group not in packs:
+                if self.packer is None:
+                    raise LoaderError("loader state holds packed samples, but this loader does not pack")
+                packs[group] = self.packer.pack(group, [sample_at(*r) for r in group], index)
+            if k >= len(packs[group]):
+                raise LoaderError(f"loader state refers to pack output {k} of {group}: {_NOT_DETERMINISTIC}")
+            return packs[group][k]
+
+        def samples_of(refs: list, index: int | None = None) -> list:
+            return [item_at(r, self.formed if index is None else index) for r in refs]
+
+        if self.packer is not None:
+            if "packing" not in state:
+                raise LoaderError("loader state has no packing state, but this loader packs samples")
+            self.packer.restore(state["packing"], samples_of)
         for entry in state["queue"]:
-            refs = [tuple(r) for r in entry["refs"]]
-            samples = samples_of(refs)
+            refs = [_ref_of(r) for r in entry["refs"]]
+            samples = samples_of(refs, entry["batch"])
             index = entry["batch"]
             outputs = samples if index is None else self.hooks.batches(samples, index)
             self.queue.append([refs, outputs, int(entry["consumed"]), index])
-        self.formed = int(state["formed"])
         for refs in state["buckets"]:
-            refs = [tuple(r) for r in refs]
-            self.feed(-1, samples_of(refs), refs)
+            refs = [_ref_of(r) for r in refs]
+            self._place(samples_of(refs), refs)
         self.yielded = int(state["yielded"])
         self.finished = bool(state["finished"])

@@ -1,9 +1,10 @@
 """The loaders `get_loader` / `get_savable_loader` return, with energon 7.4's behaviour on top of `Loader`.
 
 - `len()` is the dataset's (see EnergonDataset.__len__);
-- stream mode (grouped batches, generator hooks, `batch_size=None`): batches are formed by loader/regroup.py;
+- stream mode (grouped batches, generator hooks, packing, `batch_size=None`): batches are formed by
+  loader/regroup.py (packing by loader/packing.py);
 - `virtual_epoch_length > 0`: each `iter()` yields that many batches, the next continues the stream (energon's
-  EpochizeDataset); a val `limit`: each pass yields the first `limit` batches;
+  EpochizeDataset); when a finite pass (repeat=False) ends first, that virtual epoch ends with it; a val `limit`: each pass yields the first `limit` batches;
 - watchdog (loader/watchdog.py): when producing a batch takes longer than `watchdog_timeout_seconds` (the first
   `watchdog_initial_timeout_seconds`), the producing process prints its threads' stacks and warns; with
   `fail_on_timeout=True` it exits;
@@ -53,7 +54,13 @@ class BasicLoader(Loader):
         self.worker_config = wc
         self.watchdog = (watchdog_timeout_seconds, watchdog_initial_timeout_seconds, fail_on_timeout)
         self.regroup = (
-            Regrouper(dataset.hooks, dataset.batch_size, dataset.batch_drop_last, dataset.batch_limit)
+            Regrouper(
+                dataset.hooks,
+                dataset.batch_size,
+                dataset.batch_drop_last,
+                dataset.batch_limit,
+                getattr(dataset, "packing_buffer_size", None),
+            )
             if dataset.hooks.stream
             else None
         )
@@ -114,6 +121,9 @@ class BasicLoader(Loader):
                     yield item
                     return
             yield item
+        self.epoch_offset = (
+            0  # a finite pass ended inside the virtual epoch: the next iter() starts a new one
+        )
 
     # ---- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -5,15 +5,16 @@ energon's order (see loader/hooks.py):
 
   crude samples: `cook_crude_sample(sample, cooker, aux)` with the first of `cookers` matching the subflavors
   -> `preencode_sample` (when overridden; then `encode_sample` must not be) or `encode_sample` (when overridden)
-  -> `postencode_sample` (when overridden and not packing)
+  -> with packing_buffer_size: `select_samples_to_pack` per buffer, then per group `postencode_sample` (when
+     overridden) on each sample and `pack_selected_samples`; without: `postencode_sample` (when overridden)
   -> grouped by `batch_group_criterion` (when overridden) or in runs of `batch_size` (None: no batching)
   -> `batch(samples)` -> `encode_batch(batch)` (when overridden)
 
 Every hook may raise `SkipSample`; `encode_sample`/`preencode_sample`/`postencode_sample`/`encode_batch` may be
 generators yielding any number of outputs. Failures go to `worker_config.global_error_handler` and are tolerated
 `get_failure_tolerance(hook, __default_failure_tolerance__)` times in a row (energon's default: 100).
-`select_samples_to_pack` / `pack_selected_samples` may be declared; packing itself (packing_buffer_size) is not
-implemented yet (issue 13) and is refused by get_train_dataset / get_val_dataset.
+With `packing_buffer_size`, buffers of encoded samples go to `select_samples_to_pack`, the selected samples get
+`postencode_sample` and each group `pack_selected_samples` (loader/packing.py), before batching.
 """
 
 from __future__ import annotations
@@ -159,13 +160,19 @@ class TaskEncoder(ABC, Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]
         raise ValueError(f"cannot batch into {result_type.__name__}: not a dataclass, NamedTuple or dict")
 
     def select_samples_to_pack(self, samples: list[T_encoded_sample]) -> list[list[T_encoded_sample]]:
-        """Packing (issue 13): split a buffer of samples into the groups to pack. Only used with
-        packing_buffer_size, which energon-arrow does not support yet."""
-        raise LoaderError("packing is not supported yet (issue 13): select_samples_to_pack is never called")
+        """Packing (with packing_buffer_size): split a full buffer of encoded samples into the groups to pack
+        (each a list of samples taken from `samples`; samples in no group are dropped). Define it together with
+        pack_selected_samples."""
+        raise LoaderError(
+            "select_samples_to_pack is not defined: packing needs it (and pack_selected_samples)"
+        )
 
     def pack_selected_samples(self, samples: list[T_encoded_sample]) -> T_encoded_sample:
-        """Packing (issue 13): pack one group of samples into one sample. Only used with packing_buffer_size."""
-        raise LoaderError("packing is not supported yet (issue 13): pack_selected_samples is never called")
+        """Packing (with packing_buffer_size): pack one group of selected samples (postencode_sample applied)
+        into one sample; may be a generator yielding several."""
+        raise LoaderError(
+            "pack_selected_samples is not defined: packing needs it (and select_samples_to_pack)"
+        )
 
     @property
     def current_batch_index(self) -> int:

@@ -75,10 +75,9 @@ def test_no_effect_arguments_do_not_change_results(prepared_root):
     [
         (
             {"packing_buffer_size": 16},
-            r"packing_buffer_size=16: sample packing is not supported yet \(issue 13\)",
+            r"packing_buffer_size=16 needs the task encoder to define both select_samples_to_pack",
         ),
-        ({"shuffle_over_epochs_multiplier": 2}, r"shuffle_over_epochs_multiplier=2 is not supported"),
-        ({"shuffle_over_epochs_multiplier": -1}, r"shuffle_over_epochs_multiplier=-1 is not supported"),
+        ({"shuffle_over_epochs_multiplier": 0}, r"shuffle_over_epochs_multiplier must be >= 1, -1 or None"),
         ({"dataset_config": "other.yaml"}, r"dataset_config='other.yaml' is not supported"),
         ({"split_config": "other.yaml"}, r"split_config='other.yaml' is not supported"),
         ({"subset": {"range": [0, 0.5]}}, r"subset= is not supported here"),

@@ -138,7 +138,7 @@ def test_decoded_fields_and_field_map_access(dataset_copy):
 def test_unsupported_arguments_fail_loudly(prepared_root):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
     with pytest.raises(
-        Exception, match=r"packing_buffer_size=4: sample packing is not supported yet \(issue 13\)"
+        Exception, match=r"packing_buffer_size=4 needs the task encoder to define both select_samples_to_pack"
     ):
         ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=2, packing_buffer_size=4)
     with pytest.raises(Exception, match="unknown argument"):

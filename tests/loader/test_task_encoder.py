@@ -265,7 +265,7 @@ def test_augment_task_encoder_delegates(prepared_root):
     assert batch.__key__ == plain.__key__ and (batch.tag == plain.tag + 1).all() and batch.caption == []
 
 
-def test_packing_hooks_declared_load_and_packing_refused(prepared_root):
+def test_packing_hooks_declared_unused_without_packing_buffer(prepared_root):
     class Packing(RawTE):
         def select_samples_to_pack(self, samples):
             return [samples]
@@ -275,8 +275,10 @@ def test_packing_hooks_declared_load_and_packing_refused(prepared_root):
 
     (batch,) = take(loader(prepared_root, Packing()), 1)
     assert len(batch.__key__) == 4
-    with pytest.raises(LoaderError, match=r"packing_buffer_size=8: sample packing is not supported yet"):
-        loader(prepared_root, Packing(), packing_buffer_size=8)
+    (packed,) = take(
+        loader(prepared_root, Packing(), packing_buffer_size=8), 1
+    )  # tests/loader/test_packing.py
+    assert len(packed.__key__) == 4
 
 
 def test_get_stateless_and_restore_seeds_mark():
