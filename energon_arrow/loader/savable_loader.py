@@ -23,6 +23,7 @@ from energon_arrow.loader.energon_dataset import EnergonDataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.regroup import Regrouper
+from energon_arrow.loader.restore_sample import can_restore, restore_item, tag_chunk_item, tag_stream_item
 
 
 class BasicLoader(Loader):
@@ -76,24 +77,34 @@ class BasicLoader(Loader):
                 self.next_batch = 0
             else:  # the state was saved in the last batches of a pass: finish it
                 rg.finish()
-                yield from rg.drain()
+                yield from self._drain()
                 return
         for samples in super()._batches():
             rg.feed(self.next_batch - 1, samples)
-            yield from rg.drain()
+            yield from self._drain()
             if rg.at_limit:
                 self.next_batch = total if total is not None else self.next_batch
                 return
         if total is not None:
             rg.finish()
-            yield from rg.drain()
+            yield from self._drain()
+
+    def _drain(self) -> Iterator[Any]:
+        """The regrouper's ready outputs, each tagged with the queue entry it comes from (restore_sample)."""
+        rg = self.regroup
+        for item in rg.drain():
+            yield tag_stream_item(item, rg.queue[0])
+
+    def _chunk_batches(self) -> Iterator[Any]:
+        for batch in super()._batches():
+            yield tag_chunk_item(batch, self.next_batch - 1)
 
     def _batches(self) -> Iterator[Any]:
         ds = self.dataset
         log = self.worker_config.should_log(1 if ds.mode == "train" else 2)
         length = ds.virtual_epoch_length
         ds.watchdog = self.watchdog  # the workers (forked when iteration starts) watch their batches
-        it = self._stream() if self.regroup is not None else super()._batches()
+        it = self._stream() if self.regroup is not None else self._chunk_batches()
         for i, item in enumerate(it):
             if log:
                 keys = getattr(item, "__key__", None)
@@ -114,6 +125,16 @@ class BasicLoader(Loader):
                     yield item
                     return
             yield item
+
+    # ---- restoring one item ------------------------------------------------------------------------------
+    def can_restore_sample(self) -> bool:
+        """Whether restore_sample can rebuild items: every task-encoder hook it calls is `@stateless`."""
+        return can_restore(self)
+
+    def restore_sample(self, restore_key: tuple) -> Any:
+        """The batch (sample when unbatched) this loader yielded with `__restore_key__` `restore_key`, read and
+        encoded again (loader/restore_sample.py)."""
+        return restore_item(self, restore_key)
 
     # ---- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
