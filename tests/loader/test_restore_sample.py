@@ -80,7 +80,9 @@ def test_fast_loader_restores_every_item(prepared_root, te, batch_size, workers)
     loader = ea.get_savable_loader(ds)
     assert loader.can_restore_sample()
     items = _items(loader, 7)
-    fresh = ea.get_loader(ea.get_train_dataset(root, worker_config=wc, batch_size=batch_size, task_encoder=te))
+    fresh = ea.get_loader(
+        ea.get_train_dataset(root, worker_config=wc, batch_size=batch_size, task_encoder=te)
+    )
     for item in reversed(items):  # any order, any loader over the same dataset and settings
         assert item.__restore_key__[0] == "BasicLoader"
         _same(fresh.restore_sample(item.__restore_key__), item)
@@ -114,3 +116,40 @@ def test_fast_loader_refusals(prepared_root):
     assert not unmarked.can_restore_sample()
     with pytest.raises(LoaderError, match="not @stateless"):
         unmarked.restore_sample(_items(unmarked, 1)[0].__restore_key__)
+
+
+@ea.stateless(restore_seeds=True)
+def _noisy_text(sample):
+    return ea.TextSample.derive_from(sample, text=f"{sample.caption.decode()} {random.random()}")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pipeline_loader_restores_items_as_their_worker(prepared_root, workers):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    core = ea.get_dataset_from_config(
+        prepared_root, split_part="train", training=True, worker_config=wc, decoder=None
+    ).build()
+    mapped = ea.MapDataset(core, _noisy_text, stateless_map_fn=True, worker_config=wc)
+    pipeline = ea.BatchDataset(mapped, 3, ea.generic_batch, batcher_stateless=True, worker_config=wc)
+    for get in (ea.get_loader, ea.get_savable_loader):
+        loader = get(pipeline)
+        assert loader.can_restore_sample()
+        batches = _items(loader, 6)
+        assert {b.__restore_key__[1] for b in batches} == set(range(max(1, workers)))
+        for batch in batches:
+            again = loader.restore_sample(batch.__restore_key__)
+            assert again.__restore_key__ == batch.__restore_key__
+            assert again.__key__ == batch.__key__ and again.text == batch.text
+    with pytest.raises(LoaderError, match="not a restore key of this loader"):
+        loader.restore_sample(batches[0].__restore_key__[2:])
+
+
+def test_pipeline_loader_refuses_stateful_map(prepared_root):
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    core = ea.get_dataset_from_config(
+        prepared_root, split_part="val", training=False, worker_config=wc, decoder=None
+    ).build()
+    loader = ea.get_loader(ea.MapDataset(core, _noisy_text, worker_config=wc))
+    assert not loader.can_restore_sample()
+    with pytest.raises(ValueError):
+        loader.restore_sample(_items(loader, 1)[0].__restore_key__)

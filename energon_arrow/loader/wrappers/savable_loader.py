@@ -19,7 +19,13 @@ from typing import Any
 import torch
 
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.wrappers.base import SavableDataset, num_worker_slots, rank_worker_id
+from energon_arrow.loader.wrappers.base import (
+    SavableDataset,
+    add_sample_restore_key,
+    as_worker,
+    num_worker_slots,
+    rank_worker_id,
+)
 from energon_arrow.loader.wrappers.batch import BatchDataset
 
 
@@ -32,11 +38,14 @@ class _Skip:
 
 
 _END, _SKIP = _EpochEnd(), _Skip()
+WORKER_KEY = "PipelineWorker"
 STATE_VERSION = 1
 
 
 class _WorkerStream(torch.utils.data.IterableDataset):
     """Runs in each worker: restores its state once, then yields (worker, state after item, epoch done, item).
+    Items' restore keys are prefixed with `("PipelineWorker", worker)`: `restore_sample` re-makes them as
+    that worker (its seeds), like energon's `("SavableDatasetWrapper", worker, ...)` prefix.
 
     The worker looks one item ahead, so the last item of its epoch carries the state *after* the epoch ended
     and done=True: a run saved there resumes with this worker's epoch finished (it yields nothing until the
@@ -88,12 +97,20 @@ class _WorkerStream(torch.utils.data.IterableDataset):
             following = next(it, _END)
             if isinstance(following, _EpochEnd):
                 state = self.dataset.save_state()  # after the epoch ended
-            yield k, state, isinstance(following, _EpochEnd), item
+            yield k, state, isinstance(following, _EpochEnd), add_sample_restore_key(item, k, src=_KEY_SRC)
             item = following
             n += 1
             if self.in_worker and self.gc_every > 0 and n % self.gc_every == 0:
                 gc.collect()
         yield k, self.dataset.save_state(), True, _END
+
+
+class _KeySrc:
+    """The `src` whose class name prefixes items' restore keys."""
+
+
+_KeySrc.__name__ = WORKER_KEY
+_KEY_SRC = _KeySrc()
 
 
 def is_pipeline(dataset: Any) -> bool:
@@ -218,6 +235,28 @@ class PipelineLoader:
             self._epoch_iter = _epoch_items(self._progress, self._data_loader())
         return self._epoch_iter
 
+    def can_restore_sample(self) -> bool:
+        return self.dataset.can_restore_sample()
+
+    def restore_sample(self, restore_key: tuple) -> Any:
+        """The item this loader yielded with `__restore_key__` `restore_key`, made again by the pipeline (in
+        this process, as the worker that made it)."""
+        key = tuple(restore_key) if isinstance(restore_key, (tuple, list)) else ()
+        slots = num_worker_slots(self.worker_config)
+        if len(key) < 2 or key[0] != WORKER_KEY:
+            raise LoaderError(
+                f"restore_sample: {restore_key!r:.300} is not a restore key of this loader (expected the "
+                f"__restore_key__ of an item it yielded, starting with {WORKER_KEY!r})"
+            )
+        if not isinstance(key[1], int) or not 0 <= key[1] < slots:
+            raise LoaderError(
+                f"restore_sample: worker {key[1]!r} of {restore_key!r:.300} is not one of {slots}"
+            )
+        self.dataset.assert_can_restore()
+        with as_worker(key[1]):
+            item = self.dataset.restore_sample(key[2:])
+        return add_sample_restore_key(item, key[1], src=_KEY_SRC)
+
     def config(self) -> dict:
         return {
             "type": type(self).__qualname__,
@@ -285,12 +324,6 @@ class SavablePipelineLoader(PipelineLoader):
         # saved right after the last item of an epoch: the resumed run starts the next epoch
         self._progress.done = [False] * slots if all(done) else done
         self._progress.next = int(state["next_worker_id"])
-
-    def can_restore_sample(self) -> bool:
-        return self.dataset.can_restore_sample()
-
-    def restore_sample(self, restore_key: tuple) -> Any:
-        return self.dataset.restore_sample(restore_key)
 
     # ---- all ranks (torch.distributed) ---------------------------------------------------------------------
     def save_state_global(self, global_dst_rank: int) -> list | None:
