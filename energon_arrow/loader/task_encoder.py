@@ -25,6 +25,7 @@ from types import MethodType
 from typing import Any, Generic, TypeVar
 
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.task_pipeline import PipelineBuilders
 from energon_arrow.loader.worker_config import WorkerConfig
 from energon_arrow.samples.batch import batch_samples, generic_batch
 from energon_arrow.samples.cookers import Cooker
@@ -73,8 +74,9 @@ def _batch_value(name: str, values: list, action: Callable | None) -> Any:
     return generic_batch(values)
 
 
-class TaskEncoder(ABC, Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
-    """Base class of task encoders: every hook defaults to the identity / default batching (see module doc)."""
+class TaskEncoder(PipelineBuilders, ABC, Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
+    """Base class of task encoders: every hook defaults to the identity / default batching (see module doc);
+    energon's build_* pipeline methods come from loader/task_pipeline.py."""
 
     __default_failure_tolerance__: int | None = 100
     cookers: Sequence[Cooker] = ()
