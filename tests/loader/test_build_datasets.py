@@ -48,7 +48,9 @@ class OwnPipeline(TextTE):
 
     def build_encode_sample(self, dataset, *, worker_config):
         self.calls.append("build_encode_sample")
-        kept = ea.FilterDataset(dataset, filter_fn=lambda s: not s.__key__.endswith("7"), worker_config=worker_config)
+        kept = ea.FilterDataset(
+            dataset, filter_fn=lambda s: not s.__key__.endswith("7"), worker_config=worker_config
+        )
         return super().build_encode_sample(kept, worker_config=worker_config)
 
     def build_train_datasets(self, **kwargs):
@@ -108,7 +110,7 @@ def test_overridden_val_pipeline_with_limit(prepared_root):
     first, second = list(loader), list(loader)
     assert len(first) == 3 and [b.__key__ for b in first] == [b.__key__ for b in second]
     full = ea.get_val_datasets(prepared_root, worker_config=wc, batch_size=5, task_encoder=OwnPipeline())
-    (pipeline, factory), = full
+    ((pipeline, factory),) = full
     assert len(factory) == 40 and sum(len(b.__key__) for b in ea.get_loader(pipeline)) == 36
 
 
