@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_arrow.loader.cache_pool import check_pool
 from energon_arrow.loader.energon_args import (
     apply_deprecated_kwargs,
-    check_cache_pool,
     check_dataset_kwargs,
     check_shuffle_over_epochs,
     refuse_unknown,
@@ -301,9 +301,10 @@ def get_loader(
             timeout=timeout,
         )
     _check_loader_worker_config(dataset, worker_config, "get_loader")
-    check_cache_pool(cache_pool, "get_loader")
+    check_pool(cache_pool, "get_loader")
     return BasicLoader(
         dataset,
+        cache_pool=cache_pool,
         prefetch_factor=prefetch_factor,
         timeout=timeout,
         watchdog_timeout_seconds=watchdog_timeout_seconds,
@@ -345,9 +346,10 @@ def get_savable_loader(
             timeout=timeout,
         )
     _check_loader_worker_config(dataset, worker_config, "get_savable_loader")
-    check_cache_pool(cache_pool, "get_savable_loader")
+    check_pool(cache_pool, "get_savable_loader")
     return SavableLoader(
         dataset,
+        cache_pool=cache_pool,
         prefetch_factor=prefetch_factor,
         timeout=timeout,
         watchdog_timeout_seconds=watchdog_timeout_seconds,

@@ -38,6 +38,7 @@ class BasicLoader(Loader):
         watchdog_timeout_seconds: float | None = 60,
         watchdog_initial_timeout_seconds: float | None = None,
         fail_on_timeout: bool = False,
+        cache_pool: Any = None,
     ):
         if not isinstance(dataset, EnergonDataset):
             raise LoaderError(
@@ -52,6 +53,7 @@ class BasicLoader(Loader):
             timeout=timeout,
         )
         self.worker_config = wc
+        dataset.hooks.cache_pool = cache_pool  # forked into the workers with the dataset
         self.watchdog = (watchdog_timeout_seconds, watchdog_initial_timeout_seconds, fail_on_timeout)
         self.regroup = (
             Regrouper(dataset.hooks, dataset.batch_size, dataset.batch_drop_last, dataset.batch_limit)

@@ -94,11 +94,8 @@ class TaskEncoder(PipelineBuilders, ABC, Generic[T_sample, T_encoded_sample, T_r
     def cook_crude_sample(self, sample: Any, cooker: Cooker, aux: dict) -> T_sample:
         """Turn a crude sample (dict of parts) into a sample with `cooker`; `aux` holds the aux file stores
         (and `primary`) the cook function takes by keyword."""
-        if cooker.need_cache:
-            raise LoaderError(
-                f"cooker {getattr(cooker.cook, '__qualname__', cooker.cook)!r} has need_cache=True, but cache "
-                "pools are not implemented (aux data is read straight from storage)"
-            )
+        if cooker.need_cache and "cache" not in aux:
+            aux = {**aux, "cache": self.cache}
         return cooker.cook(sample, **aux)
 
     @stateless
@@ -183,7 +180,10 @@ class TaskEncoder(PipelineBuilders, ABC, Generic[T_sample, T_encoded_sample, T_r
 
     @property
     def cache(self) -> Any:
-        raise LoaderError("cache pools are not implemented: aux data is read straight from storage")
+        """The loader's cache pool (get_loader / get_savable_loader(cache_pool=...)), for cookers' aux reads."""
+        from energon_arrow.loader.cache_pool import active_pool
+
+        return active_pool()
 
 
 def _active() -> WorkerConfig:

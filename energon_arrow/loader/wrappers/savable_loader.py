@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
+from energon_arrow.loader.cache_pool import check_pool
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.worker_config import WorkerConfig
 from energon_arrow.loader.wrappers.base import (
     SavableDataset,
     add_sample_restore_key,
@@ -58,11 +60,13 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         done: list,
         next_worker: int,
         gc_every: int,
+        cache_pool: Any = None,
     ):
         self.dataset = dataset
         self.restore, self.done = restore, done
         self.next_worker = next_worker
         self.gc_every = gc_every
+        self.cache_pool = cache_pool
         self._started = False
 
     def _start(self, k: int) -> bool:
@@ -80,6 +84,7 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         return bool(self.done[k])
 
     def __iter__(self) -> Iterator[tuple[int, Any, bool, Any]]:
+        WorkerConfig._cache_pool = self.cache_pool  # this process's pool (cookers with need_cache)
         self.in_worker = torch.utils.data.get_worker_info() is not None
         k = rank_worker_id(self.dataset.worker_config)
         first = not self._started
@@ -183,13 +188,11 @@ class PipelineLoader:
     ):
         if not isinstance(dataset, SavableDataset):
             raise LoaderError(f"expected a SavableDataset pipeline, got {type(dataset).__name__}")
-        if cache_pool is not None:
-            raise LoaderError(
-                "cache_pool: cache pools are not implemented; aux data is read straight from storage"
-            )
+        check_pool(cache_pool, type(self).__name__)
         if worker_config is not None and worker_config != dataset.worker_config:
             raise LoaderError("worker_config differs from the dataset's worker_config")
         self.dataset = dataset
+        self.cache_pool = cache_pool
         self.worker_config = dataset.worker_config
         self.num_workers = int(self.worker_config.num_workers)
         self.prefetch_factor = prefetch_factor
@@ -215,6 +218,7 @@ class PipelineLoader:
                 list(self._progress.done),
                 self._progress.next,
                 self.gc_every,
+                self.cache_pool,
             )
             kwargs: dict[str, Any] = {}
             if self.num_workers > 0:
@@ -253,8 +257,12 @@ class PipelineLoader:
                 f"restore_sample: worker {key[1]!r} of {restore_key!r:.300} is not one of {slots}"
             )
         self.dataset.assert_can_restore()
-        with as_worker(key[1]):
-            item = self.dataset.restore_sample(key[2:])
+        outer, WorkerConfig._cache_pool = WorkerConfig._cache_pool, self.cache_pool
+        try:
+            with as_worker(key[1]):
+                item = self.dataset.restore_sample(key[2:])
+        finally:
+            WorkerConfig._cache_pool = outer
         return add_sample_restore_key(item, key[1], src=_KEY_SRC)
 
     def config(self) -> dict:
