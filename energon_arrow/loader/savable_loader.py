@@ -23,7 +23,7 @@ from energon_arrow.loader.energon_dataset import EnergonDataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.regroup import Regrouper
-from energon_arrow.loader.restore_sample import can_restore, restore_item, tag_chunk_item, tag_stream_item
+from energon_arrow.loader.restore_sample import can_restore, restore_item, tag_stream_item
 
 
 class BasicLoader(Loader):
@@ -97,16 +97,12 @@ class BasicLoader(Loader):
         for item in rg.drain():
             yield tag_stream_item(item, rg.queue[0])
 
-    def _chunk_batches(self) -> Iterator[Any]:
-        for batch in super()._batches():
-            yield tag_chunk_item(batch, self.next_batch - 1)
-
     def _batches(self) -> Iterator[Any]:
         ds = self.dataset
         log = self.worker_config.should_log(1 if ds.mode == "train" else 2)
         length = ds.virtual_epoch_length
         ds.watchdog = self.watchdog  # the workers (forked when iteration starts) watch their batches
-        it = self._stream() if self.regroup is not None else self._chunk_batches()
+        it = self._stream() if self.regroup is not None else super()._batches()
         for i, item in enumerate(it):
             if log:
                 keys = getattr(item, "__key__", None)
