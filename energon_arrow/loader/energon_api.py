@@ -88,7 +88,8 @@ class _Request:
 
 def _overrides(te: Any, name: str) -> bool:
     """Whether the task encoder's class overrides energon's pipeline method `name` (then it builds the pipeline)."""
-    return getattr(type(te), name, None) is not getattr(PipelineBuilders, name)
+    fn = getattr(type(te), name, None)
+    return fn is not None and fn is not getattr(PipelineBuilders, name)
 
 
 def _loaded_datasets(te, path, kwargs: dict, function: str, **get_datasets_kwargs):
