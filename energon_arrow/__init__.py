@@ -18,6 +18,10 @@ _LOADER_EXPORTS = {
     "AugmentTaskEncoder": "energon_arrow.loader.energon_api",
     "get_val_datasets": "energon_arrow.loader.energon_api",
     "SavableDataLoader": "energon_arrow.loader.energon_api",
+    **{
+        name: "energon_arrow.loader.cache_pool"
+        for name in ("CachePool", "DirectLazy", "FileCacheLazy", "FileStoreCachePool", "Lazy", "NoCachePool")
+    },
     # energon's wrapper datasets and dataset-building API (energon's meaning of BatchDataset: the wrapper;
     # the fast batched loader dataset stays energon_arrow.loader.BatchDataset)
     **{

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_arrow.loader.cache_pool import check_pool
 from energon_arrow.loader.energon_args import (
     apply_deprecated_kwargs,
-    check_cache_pool,
     check_dataset_kwargs,
     refuse_unknown,
 )
@@ -25,7 +25,9 @@ from energon_arrow.loader.packing import check_packing
 from energon_arrow.loader.savable_loader import BasicLoader, SavableLoader
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
+from energon_arrow.loader.task_pipeline import PipelineBuilders
 from energon_arrow.loader.worker_config import WorkerConfig
+from energon_arrow.loader.wrappers.config import load_dataset
 from energon_arrow.loader.wrappers.savable_loader import PipelineLoader, SavablePipelineLoader, is_pipeline
 
 #: energon's name of the savable loader class (for type hints and isinstance checks)
@@ -87,6 +89,23 @@ class _Request:
         )
 
 
+def _overrides(te: Any, name: str) -> bool:
+    """Whether the task encoder's class overrides energon's pipeline method `name` (then it builds the pipeline)."""
+    fn = getattr(type(te), name, None)
+    return fn is not None and fn is not getattr(PipelineBuilders, name)
+
+
+def _loaded_datasets(te, path, kwargs: dict, function: str, **get_datasets_kwargs):
+    """energon's `load_dataset(path).get_datasets(...)` for a task encoder that builds its own pipeline."""
+    if apply_deprecated_kwargs(kwargs, te) is not None:
+        raise LoaderError(
+            f"{function}: handler= is not used by a task encoder's own build_*_datasets pipeline; set "
+            "worker_config.global_error_handler"
+        )
+    load_kwargs = {k: kwargs.pop(k) for k in ("storage_options", "trust_remote_code") if k in kwargs}
+    return load_dataset(path, **load_kwargs).get_datasets(decoder=te.decoder, **get_datasets_kwargs, **kwargs)
+
+
 def get_train_dataset(
     path,
     *,
@@ -113,7 +132,34 @@ def get_train_dataset(
     `packing_buffer_size`: pack samples with the task encoder's packing hooks (loader/packing.py).
     Also: `subflavors`, `sample_type` (checked against the dataset's), energon's deprecated decoder arguments
     and `handler`, the no-effect arguments of loader/energon_args.py, and ours: `storage_options`,
-    `trust_remote_code`, `skip_errors`, `error_budget`."""
+    `trust_remote_code`, `skip_errors`, `error_budget`.
+
+    A task encoder that overrides `build_train_datasets` builds the pipeline itself, as in energon: it gets
+    `load_dataset(path).get_datasets(...)`'s datasets and its pipeline is returned (served by the pipeline
+    loaders of loader/wrappers/)."""
+    if task_encoder is not None and _overrides(task_encoder, "build_train_datasets"):
+        loaded = _loaded_datasets(
+            task_encoder,
+            path,
+            kwargs,
+            "get_train_dataset",
+            training=True,
+            split_part=split_part,
+            worker_config=worker_config,
+            max_samples_per_sequence=max_samples_per_sequence,
+            shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
+        )
+        return task_encoder.build_train_datasets(
+            datasets=loaded.datasets,
+            worker_config=worker_config,
+            batch_size=batch_size,
+            batch_drop_last=batch_drop_last,
+            packing_buffer_size=packing_buffer_size,
+            virtual_epoch_length=virtual_epoch_length,
+            shuffle_buffer_size=shuffle_buffer_size,
+            blend_mode=loaded.blend_mode,
+            repeat=repeat,
+        )
     kwargs["packing_buffer_size"] = packing_buffer_size
     req = _Request(task_encoder, kwargs, "get_train_dataset")
     opened = req.sources(path, split_part)
@@ -162,7 +208,26 @@ def get_val_dataset(
     **kwargs,
 ) -> EnergonDataset:
     """Every sample of the split once per pass, in order, sharded across ranks (energon's get_val_dataset).
-    `limit`: at most that many batches per rank and pass (each pass starts over)."""
+    `limit`: at most that many batches per rank and pass (each pass starts over). A task encoder overriding
+    `build_val_datasets` builds the pipeline itself (see get_train_dataset)."""
+    if task_encoder is not None and _overrides(task_encoder, "build_val_datasets"):
+        loaded = _loaded_datasets(
+            task_encoder,
+            path,
+            kwargs,
+            "get_val_dataset",
+            training=False,
+            split_part=split_part,
+            worker_config=worker_config,
+        )
+        return task_encoder.build_val_datasets(
+            datasets=loaded.datasets,
+            worker_config=worker_config,
+            batch_size=batch_size,
+            batch_drop_last=batch_drop_last,
+            packing_buffer_size=packing_buffer_size,
+            limit=limit,
+        )
     kwargs["packing_buffer_size"] = packing_buffer_size
     req = _Request(task_encoder, kwargs, "get_val_dataset")
     sources = req.sources(path, split_part).sources
@@ -181,7 +246,32 @@ def get_val_datasets(
     task_encoder: TaskEncoder | None = None,
     **kwargs,
 ) -> list[tuple[EnergonDataset, SplitSource]]:
-    """One val dataset per dataset of a metadataset (energon's get_val_datasets): [(dataset, its source)]."""
+    """One val dataset per dataset of a metadataset (energon's get_val_datasets): [(dataset, its source)]; with
+    a task encoder overriding `build_val_datasets`: [(its pipeline of that dataset, the dataset's factory)]."""
+    if task_encoder is not None and _overrides(task_encoder, "build_val_datasets"):
+        loaded = _loaded_datasets(
+            task_encoder,
+            path,
+            kwargs,
+            "get_val_datasets",
+            training=False,
+            split_part=split_part,
+            worker_config=worker_config,
+        )
+        return [
+            (
+                task_encoder.build_val_datasets(
+                    datasets=[d],
+                    worker_config=worker_config,
+                    batch_size=batch_size,
+                    batch_drop_last=batch_drop_last,
+                    packing_buffer_size=packing_buffer_size,
+                    limit=limit,
+                ),
+                d.dataset,
+            )
+            for d in loaded.datasets
+        ]
     kwargs["packing_buffer_size"] = packing_buffer_size
     req = _Request(task_encoder, kwargs, "get_val_datasets")
     sources = req.sources(path, split_part).sources
@@ -219,9 +309,10 @@ def get_loader(
             timeout=timeout,
         )
     _check_loader_worker_config(dataset, worker_config, "get_loader")
-    check_cache_pool(cache_pool, "get_loader")
+    check_pool(cache_pool, "get_loader")
     return BasicLoader(
         dataset,
+        cache_pool=cache_pool,
         prefetch_factor=prefetch_factor,
         timeout=timeout,
         watchdog_timeout_seconds=watchdog_timeout_seconds,
@@ -263,9 +354,10 @@ def get_savable_loader(
             timeout=timeout,
         )
     _check_loader_worker_config(dataset, worker_config, "get_savable_loader")
-    check_cache_pool(cache_pool, "get_savable_loader")
+    check_pool(cache_pool, "get_savable_loader")
     return SavableLoader(
         dataset,
+        cache_pool=cache_pool,
         prefetch_factor=prefetch_factor,
         timeout=timeout,
         watchdog_timeout_seconds=watchdog_timeout_seconds,

@@ -4,7 +4,7 @@
   `parallel_shard_iters`, `checkpoint_every_sec`, `checkpoint_every_min_n_samples`, `n_checkpoints`,
   `gc_collect_every_n_steps`, the default `dataset_config` / `split_config` file names;
 - refused with a LoaderError naming the argument when set to a value that would change results and that is not
-  implemented: a `cache_pool`, other `dataset_config` / `split_config` files, `subset=` (use a metadataset's `subset:`);
+  implemented: other `dataset_config` / `split_config` files, `subset=` (use a metadataset's `subset:`);
 - energon's deprecated decoder arguments (`auto_decode`, `image_decode`, `av_decode`, `video_decode_audio`)
   set the task encoder's decoder exactly as energon does; the deprecated `handler` is used as the error handler
   of this dataset's task-encoder hooks (energon 7.4.1 warns and ignores it).
@@ -49,14 +49,6 @@ def check_dataset_kwargs(kwargs: dict, function: str) -> None:
     if kwargs.pop("subset", None) is not None:
         raise LoaderError(
             f"{function}: subset= is not supported here; give the subset in a metadataset (subset:)"
-        )
-
-
-def check_cache_pool(cache_pool: Any, function: str) -> None:
-    if cache_pool is not None:
-        raise LoaderError(
-            f"{function}: cache_pool={cache_pool!r} is not supported: cache pools are not implemented (aux data "
-            "is read straight from storage)"
         )
 
 

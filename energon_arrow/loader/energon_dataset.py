@@ -14,6 +14,7 @@ from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
 from energon_arrow.loader.energon_len import energon_length
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.reader import SampleReader
+from energon_arrow.loader.restore_sample import tag_chunk_item
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.watchdog import Watchdog
 from energon_arrow.loader.worker_config import WorkerConfig
@@ -38,9 +39,15 @@ class EnergonDataset(BatchDataset):
 
     def __iter__(self):
         timeout, initial, fail = self.watchdog
+        items = super().__iter__() if self.hooks.stream else self._tagged()
         if timeout is None:
-            return super().__iter__()
-        return Watchdog(timeout, initial, fail).watch_iter(super().__iter__())
+            return items
+        return Watchdog(timeout, initial, fail).watch_iter(items)
+
+    def _tagged(self):
+        """The batches with their restore key prefixed by their chunk (in the worker, off the main process)."""
+        for b, skipped, batch, leases in super().__iter__():
+            yield b, skipped, tag_chunk_item(batch, b), leases
 
     def __len__(self) -> int:
         """Batches (samples when unbatched) this rank yields in one pass of a finite dataset (val, or train with

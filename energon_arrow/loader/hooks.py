@@ -88,16 +88,18 @@ def _keywords(cook) -> tuple[bool, frozenset]:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), frozenset(params)
 
 
-def cook_kwargs(cook, source: SplitSource) -> dict:
-    """The aux stores (and `primary`) a cook function asks for by keyword."""
-    if get_cooker_need_cache(cook):
-        raise LoaderError(
-            f"{source.name}: cooker {getattr(cook, '__qualname__', cook)!r} has need_cache=True, but cache pools "
-            "are not implemented (aux data is read straight from storage); drop need_cache and read from the aux "
-            "file stores"
-        )
+def cook_kwargs(cook, source: SplitSource, cache_pool: Any = None) -> dict:
+    """The aux stores (and `primary`, and the loader's `cache` pool for need_cache) a cook function asks for by
+    keyword."""
     takes_all, params = _keywords(cook)
     kwargs = {k: v for k, v in source.aux.items() if takes_all or k in params}
+    if get_cooker_need_cache(cook):
+        if cache_pool is None:
+            raise LoaderError(
+                f"{source.name}: cooker {getattr(cook, '__qualname__', cook)!r} has need_cache=True: pass "
+                "cache_pool=FileStoreCachePool(...) or NoCachePool() to get_loader / get_savable_loader"
+            )
+        kwargs["cache"] = cache_pool
     if "primary" in params or get_cooker_need_primary(cook):
         from energon_arrow.loader.filestore import PartStore
 
@@ -147,6 +149,7 @@ class TaskHooks:
         self.te = task_encoder
         self.seed, self.local_batch_size = int(seed), int(local_batch_size)
         self.worker_config = WorkerConfig(rank=0, world_size=1, num_workers=0)
+        self.cache_pool = None  # the loader's cache pool (cookers with need_cache, TaskEncoder.cache)
         self.cookers = list(getattr(task_encoder, "cookers", ()) or ())
         self.stream = (
             False  # True: workers return the encoded samples; batches are formed by loader/regroup.py
@@ -185,9 +188,10 @@ class TaskHooks:
         counter = self._counters.get(name)
         if counter is None:
             counter = self._counters[name] = ErrorCounter(name, self._tolerance(_marked(fn)))
-        outer = WorkerConfig.active_worker_config, WorkerConfig.index_override
+        outer = WorkerConfig.active_worker_config, WorkerConfig.index_override, WorkerConfig._cache_pool
         WorkerConfig.active_worker_config = self.worker_config
         WorkerConfig.index_override = index
+        WorkerConfig._cache_pool = self.cache_pool
         try:
             with _seeded(seed, getattr(_marked(restore or fn), "__restore_seeds__", False)):
                 out = _outputs(fn(arg, **kwargs))
@@ -199,7 +203,7 @@ class TaskHooks:
             counter.failed(exc, arg, self.worker_config.global_error_handler)
             return []
         finally:
-            WorkerConfig.active_worker_config, WorkerConfig.index_override = outer
+            WorkerConfig.active_worker_config, WorkerConfig.index_override, WorkerConfig._cache_pool = outer
         counter.in_a_row = 0
         return out
 
@@ -224,7 +228,7 @@ class TaskHooks:
             cooker = select_cooker(
                 self.cookers, sample.get("__subflavors__"), f"{source.name} {sample['__key__']!r}"
             )
-            aux = cook_kwargs(cooker.cook, source)
+            aux = cook_kwargs(cooker.cook, source, self.cache_pool)
             cook = getattr(te, "cook_crude_sample", None)
             if cook is None:
                 samples = self._call("cook", cooker.cook, sample, seed, index, **aux)

@@ -24,6 +24,7 @@ from energon_arrow.loader.energon_dataset import EnergonDataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.regroup import Regrouper
+from energon_arrow.loader.restore_sample import can_restore, restore_item, tag_stream_item
 
 
 class BasicLoader(Loader):
@@ -38,6 +39,7 @@ class BasicLoader(Loader):
         watchdog_timeout_seconds: float | None = 60,
         watchdog_initial_timeout_seconds: float | None = None,
         fail_on_timeout: bool = False,
+        cache_pool: Any = None,
     ):
         if not isinstance(dataset, EnergonDataset):
             raise LoaderError(
@@ -52,6 +54,7 @@ class BasicLoader(Loader):
             timeout=timeout,
         )
         self.worker_config = wc
+        dataset.hooks.cache_pool = cache_pool  # forked into the workers with the dataset
         self.watchdog = (watchdog_timeout_seconds, watchdog_initial_timeout_seconds, fail_on_timeout)
         self.regroup = (
             Regrouper(
@@ -83,17 +86,23 @@ class BasicLoader(Loader):
                 self.next_batch = 0
             else:  # the state was saved in the last batches of a pass: finish it
                 rg.finish()
-                yield from rg.drain()
+                yield from self._drain()
                 return
         for samples in super()._batches():
             rg.feed(self.next_batch - 1, samples)
-            yield from rg.drain()
+            yield from self._drain()
             if rg.at_limit:
                 self.next_batch = total if total is not None else self.next_batch
                 return
         if total is not None:
             rg.finish()
-            yield from rg.drain()
+            yield from self._drain()
+
+    def _drain(self) -> Iterator[Any]:
+        """The regrouper's ready outputs, each tagged with the queue entry it comes from (restore_sample)."""
+        rg = self.regroup
+        for item in rg.drain():
+            yield tag_stream_item(item, rg.queue[0])
 
     def _batches(self) -> Iterator[Any]:
         ds = self.dataset
@@ -124,6 +133,16 @@ class BasicLoader(Loader):
         self.epoch_offset = (
             0  # a finite pass ended inside the virtual epoch: the next iter() starts a new one
         )
+
+    # ---- restoring one item ------------------------------------------------------------------------------
+    def can_restore_sample(self) -> bool:
+        """Whether restore_sample can rebuild items: every task-encoder hook it calls is `@stateless`."""
+        return can_restore(self)
+
+    def restore_sample(self, restore_key: tuple) -> Any:
+        """The batch (sample when unbatched) this loader yielded with `__restore_key__` `restore_key`, read and
+        encoded again (loader/restore_sample.py)."""
+        return restore_item(self, restore_key)
 
     # ---- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

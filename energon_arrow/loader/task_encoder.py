@@ -26,6 +26,7 @@ from types import MethodType
 from typing import Any, Generic, TypeVar
 
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.task_pipeline import PipelineBuilders
 from energon_arrow.loader.worker_config import WorkerConfig
 from energon_arrow.samples.batch import batch_samples, generic_batch
 from energon_arrow.samples.cookers import Cooker
@@ -74,8 +75,9 @@ def _batch_value(name: str, values: list, action: Callable | None) -> Any:
     return generic_batch(values)
 
 
-class TaskEncoder(ABC, Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
-    """Base class of task encoders: every hook defaults to the identity / default batching (see module doc)."""
+class TaskEncoder(PipelineBuilders, ABC, Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
+    """Base class of task encoders: every hook defaults to the identity / default batching (see module doc);
+    energon's build_* pipeline methods come from loader/task_pipeline.py."""
 
     __default_failure_tolerance__: int | None = 100
     cookers: Sequence[Cooker] = ()
@@ -93,11 +95,8 @@ class TaskEncoder(ABC, Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]
     def cook_crude_sample(self, sample: Any, cooker: Cooker, aux: dict) -> T_sample:
         """Turn a crude sample (dict of parts) into a sample with `cooker`; `aux` holds the aux file stores
         (and `primary`) the cook function takes by keyword."""
-        if cooker.need_cache:
-            raise LoaderError(
-                f"cooker {getattr(cooker.cook, '__qualname__', cooker.cook)!r} has need_cache=True, but cache "
-                "pools are not implemented (aux data is read straight from storage)"
-            )
+        if cooker.need_cache and "cache" not in aux:
+            aux = {**aux, "cache": self.cache}
         return cooker.cook(sample, **aux)
 
     @stateless
@@ -188,7 +187,10 @@ class TaskEncoder(ABC, Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]
 
     @property
     def cache(self) -> Any:
-        raise LoaderError("cache pools are not implemented: aux data is read straight from storage")
+        """The loader's cache pool (get_loader / get_savable_loader(cache_pool=...)), for cookers' aux reads."""
+        from energon_arrow.loader.cache_pool import active_pool
+
+        return active_pool()
 
 
 def _active() -> WorkerConfig:

@@ -19,8 +19,8 @@ def cooker(fn: Callable | None = None, *, need_cache: bool = False, need_primary
     """Mark a cook function; usable as `@cooker` or `@cooker(need_primary=True)`.
 
     `need_primary=True`: the cook function receives the primary dataset's file store as `primary=`.
-    `need_cache=True`: energon passes its cache pool as `cache=`; cache pools are not implemented here (aux reads
-    go straight to storage), so the loader refuses such a cooker with a clear error (see docs/migration.md).
+    `need_cache=True`: the cook function receives the loader's cache pool as `cache=` (get_loader /
+    get_savable_loader(cache_pool=...); without one the loader raises an error saying so).
     """
     if fn is None:
         return functools.partial(cooker, need_cache=need_cache, need_primary=need_primary)

@@ -46,7 +46,9 @@ def test_batches_have_energon_shape(prepared_root):
     assert len(batch.__key__) == 5 and all(isinstance(k, str) for k in batch.__key__)
     assert all(isinstance(x, bytes) for x in batch.image) and all(isinstance(x, bytes) for x in batch.caption)
     assert batch.caption[0].startswith(b"sample ")
-    assert batch.__restore_key__[0][0] == "Webdataset"
+    # energon prefixes the loader's position; ours: ("BasicLoader", "chunk", chunk, *sample keys)
+    assert batch.__restore_key__[:3] == ("BasicLoader", "chunk", 0)
+    assert [k[0] for k in batch.__restore_key__[3:]] == ["Webdataset"] * 5
 
 
 def test_one_epoch_covers_the_train_split_once(prepared_root):

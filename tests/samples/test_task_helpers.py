@@ -52,7 +52,7 @@ def test_cooker_decorator_and_cooker_like_energon():
         ).is_match(flavors)
 
 
-def test_need_cache_cooker_is_refused_by_the_loader(dataset_copy):
+def test_need_cache_cooker_needs_a_cache_pool(dataset_copy):
     from energon_arrow.loader.errors import LoaderError
     from tests.loader.conftest import first_batch, write_dataset_yaml
 

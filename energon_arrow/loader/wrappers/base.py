@@ -32,8 +32,23 @@ def num_worker_slots(worker_config) -> int:
     return max(1, int(worker_config.num_workers))
 
 
+_AS_WORKER: list[int | None] = [None]
+
+
+@contextlib.contextmanager
+def as_worker(worker_idx: int):
+    """Act as worker `worker_idx` of the rank (its seeds and samples) for a loader's `restore_sample`."""
+    saved, _AS_WORKER[0] = _AS_WORKER[0], int(worker_idx)
+    try:
+        yield
+    finally:
+        _AS_WORKER[0] = saved
+
+
 def rank_worker_id(worker_config) -> int:
-    """This process's worker index within its rank (0 in the main process)."""
+    """This process's worker index within its rank (0 in the main process, unless inside `as_worker`)."""
+    if _AS_WORKER[0] is not None:
+        return _AS_WORKER[0]
     info = torch.utils.data.get_worker_info()
     if info is None:
         return 0

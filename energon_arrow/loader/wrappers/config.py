@@ -69,6 +69,12 @@ class WebdatasetFactory:
             worker_rotation_offset=worker_rotation_offset,
         )
 
+    def as_file_store(self):
+        """The dataset's own parts by name (a cooker's `primary` file store)."""
+        from energon_arrow.loader.filestore import PartStore
+
+        return PartStore(self.source.storage)
+
     def __str__(self) -> str:
         return f"WebdatasetFactory({self.source.name}, training={self.training})"
 

@@ -18,8 +18,16 @@ from typing import Any
 
 import torch
 
+from energon_arrow.loader.cache_pool import check_pool
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.wrappers.base import SavableDataset, num_worker_slots, rank_worker_id
+from energon_arrow.loader.worker_config import WorkerConfig
+from energon_arrow.loader.wrappers.base import (
+    SavableDataset,
+    add_sample_restore_key,
+    as_worker,
+    num_worker_slots,
+    rank_worker_id,
+)
 from energon_arrow.loader.wrappers.batch import BatchDataset
 
 
@@ -32,11 +40,14 @@ class _Skip:
 
 
 _END, _SKIP = _EpochEnd(), _Skip()
+WORKER_KEY = "PipelineWorker"
 STATE_VERSION = 1
 
 
 class _WorkerStream(torch.utils.data.IterableDataset):
     """Runs in each worker: restores its state once, then yields (worker, state after item, epoch done, item).
+    Items' restore keys are prefixed with `("PipelineWorker", worker)`: `restore_sample` re-makes them as
+    that worker (its seeds), like energon's `("SavableDatasetWrapper", worker, ...)` prefix.
 
     The worker looks one item ahead, so the last item of its epoch carries the state *after* the epoch ended
     and done=True: a run saved there resumes with this worker's epoch finished (it yields nothing until the
@@ -49,11 +60,13 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         done: list,
         next_worker: int,
         gc_every: int,
+        cache_pool: Any = None,
     ):
         self.dataset = dataset
         self.restore, self.done = restore, done
         self.next_worker = next_worker
         self.gc_every = gc_every
+        self.cache_pool = cache_pool
         self._started = False
 
     def _start(self, k: int) -> bool:
@@ -71,6 +84,7 @@ class _WorkerStream(torch.utils.data.IterableDataset):
         return bool(self.done[k])
 
     def __iter__(self) -> Iterator[tuple[int, Any, bool, Any]]:
+        WorkerConfig._cache_pool = self.cache_pool  # this process's pool (cookers with need_cache)
         self.in_worker = torch.utils.data.get_worker_info() is not None
         k = rank_worker_id(self.dataset.worker_config)
         first = not self._started
@@ -88,12 +102,20 @@ class _WorkerStream(torch.utils.data.IterableDataset):
             following = next(it, _END)
             if isinstance(following, _EpochEnd):
                 state = self.dataset.save_state()  # after the epoch ended
-            yield k, state, isinstance(following, _EpochEnd), item
+            yield k, state, isinstance(following, _EpochEnd), add_sample_restore_key(item, k, src=_KEY_SRC)
             item = following
             n += 1
             if self.in_worker and self.gc_every > 0 and n % self.gc_every == 0:
                 gc.collect()
         yield k, self.dataset.save_state(), True, _END
+
+
+class _KeySrc:
+    """The `src` whose class name prefixes items' restore keys."""
+
+
+_KeySrc.__name__ = WORKER_KEY
+_KEY_SRC = _KeySrc()
 
 
 def is_pipeline(dataset: Any) -> bool:
@@ -166,13 +188,11 @@ class PipelineLoader:
     ):
         if not isinstance(dataset, SavableDataset):
             raise LoaderError(f"expected a SavableDataset pipeline, got {type(dataset).__name__}")
-        if cache_pool is not None:
-            raise LoaderError(
-                "cache_pool: cache pools are not implemented; aux data is read straight from storage"
-            )
+        check_pool(cache_pool, type(self).__name__)
         if worker_config is not None and worker_config != dataset.worker_config:
             raise LoaderError("worker_config differs from the dataset's worker_config")
         self.dataset = dataset
+        self.cache_pool = cache_pool
         self.worker_config = dataset.worker_config
         self.num_workers = int(self.worker_config.num_workers)
         self.prefetch_factor = prefetch_factor
@@ -198,6 +218,7 @@ class PipelineLoader:
                 list(self._progress.done),
                 self._progress.next,
                 self.gc_every,
+                self.cache_pool,
             )
             kwargs: dict[str, Any] = {}
             if self.num_workers > 0:
@@ -217,6 +238,32 @@ class PipelineLoader:
             self._progress.epoch_over = False
             self._epoch_iter = _epoch_items(self._progress, self._data_loader())
         return self._epoch_iter
+
+    def can_restore_sample(self) -> bool:
+        return self.dataset.can_restore_sample()
+
+    def restore_sample(self, restore_key: tuple) -> Any:
+        """The item this loader yielded with `__restore_key__` `restore_key`, made again by the pipeline (in
+        this process, as the worker that made it)."""
+        key = tuple(restore_key) if isinstance(restore_key, (tuple, list)) else ()
+        slots = num_worker_slots(self.worker_config)
+        if len(key) < 2 or key[0] != WORKER_KEY:
+            raise LoaderError(
+                f"restore_sample: {restore_key!r:.300} is not a restore key of this loader (expected the "
+                f"__restore_key__ of an item it yielded, starting with {WORKER_KEY!r})"
+            )
+        if not isinstance(key[1], int) or not 0 <= key[1] < slots:
+            raise LoaderError(
+                f"restore_sample: worker {key[1]!r} of {restore_key!r:.300} is not one of {slots}"
+            )
+        self.dataset.assert_can_restore()
+        outer, WorkerConfig._cache_pool = WorkerConfig._cache_pool, self.cache_pool
+        try:
+            with as_worker(key[1]):
+                item = self.dataset.restore_sample(key[2:])
+        finally:
+            WorkerConfig._cache_pool = outer
+        return add_sample_restore_key(item, key[1], src=_KEY_SRC)
 
     def config(self) -> dict:
         return {
@@ -285,12 +332,6 @@ class SavablePipelineLoader(PipelineLoader):
         # saved right after the last item of an epoch: the resumed run starts the next epoch
         self._progress.done = [False] * slots if all(done) else done
         self._progress.next = int(state["next_worker_id"])
-
-    def can_restore_sample(self) -> bool:
-        return self.dataset.can_restore_sample()
-
-    def restore_sample(self, restore_key: tuple) -> Any:
-        return self.dataset.restore_sample(restore_key)
 
     # ---- all ranks (torch.distributed) ---------------------------------------------------------------------
     def save_state_global(self, global_dst_rank: int) -> list | None:

@@ -27,7 +27,8 @@ def test_factory_len_type_and_val_order(prepared_root):
     first = samples[0]
     assert isinstance(first, ea.CaptioningSample)
     assert first.caption.startswith(b"sample 0 of shard 3")
-    assert first.__restore_key__ == ("Webdataset", "shards/shard-000003.tar", 0)
+    # the loader prefixes the worker that made the item (energon: its SavableDatasetWrapper prefix)
+    assert first.__restore_key__ == ("PipelineWorker", 0, "Webdataset", "shards/shard-000003.tar", 0)
     # a second pass yields the same samples again
     assert [s.__key__ for s in ea.get_loader(ds)] == VAL_KEYS
 
