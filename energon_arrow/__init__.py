@@ -43,6 +43,32 @@ _LOADER_EXPORTS = {
             "load_dataset",
         )
     },
+    # energon's dataset factory classes (class-style dataset.yaml, isinstance on get_dataset_from_config)
+    **{
+        name: "energon_arrow.loader.wrappers.factories"
+        for name in (
+            "BaseCoreDatasetFactory",
+            "BaseWebdatasetFactory",
+            "CaptioningWebdataset",
+            "CrudeJsonlDatasetFactory",
+            "CrudeWebdataset",
+            "DefaultCrudeJsonlDatasetFactory",
+            "DefaultDecoderWebdatasetFactory",
+            "DefaultGenericWebdatasetFactory",
+            "ImageClassificationWebdataset",
+            "ImageWebdataset",
+            "InterleavedWebdataset",
+            "JoinedWebdatasetFactory",
+            "MultiChoiceVQAWebdataset",
+            "OCRWebdataset",
+            "SimilarityInterleavedWebdataset",
+            "StandardWebdatasetFactory",
+            "TextWebdataset",
+            "VQAOCRWebdataset",
+            "VQAWebdataset",
+            "VidQAWebdataset",
+        )
+    },
     "Batch": "energon_arrow.samples",
     "CaptioningSample": "energon_arrow.samples",
     "Cooker": "energon_arrow.samples",

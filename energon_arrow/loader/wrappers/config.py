@@ -13,12 +13,13 @@ from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.source import SplitSource, open_split
 from energon_arrow.loader.wrappers.core import SampleDataset
+from energon_arrow.loader.wrappers.factory_base import BaseCoreDatasetFactory
 from energon_arrow.samples.decoders import PartDecoder
 
 _DEFAULT_DECODER = object()  # energon's default: SampleDecoder()
 
 
-class WebdatasetFactory:
+class WebdatasetFactory(BaseCoreDatasetFactory):
     """energon's dataset factory for one split: `len()` is the split's sample count over all ranks, `build()`
     the core dataset of the calling worker."""
 
@@ -54,7 +55,8 @@ class WebdatasetFactory:
 
     def _builder(self) -> SampleBuilder:
         src = self.source
-        return SampleBuilder(src.storage, src.config, self._decoder, self.subflavors, self._trust_remote_code)
+        builder = src.builder or SampleBuilder  # JSONL and joined sources carry their own builder
+        return builder(src.storage, src.config, self._decoder, self.subflavors, self._trust_remote_code)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -70,7 +72,7 @@ class WebdatasetFactory:
         )
 
     def __str__(self) -> str:
-        return f"WebdatasetFactory({self.source.name}, training={self.training})"
+        return f"{type(self).__name__}({self.source.name}, training={self.training})"
 
 
 # energon arguments whose meaning our order does not have (accepted, documented in docs/migration.md)
@@ -107,8 +109,13 @@ def _options(
 
 
 def _factory(source: SplitSource, training: bool, worker_config, options: dict) -> WebdatasetFactory:
+    from energon_arrow.loader.wrappers.factories import factory_class
+
     sample_type = options["sample_type"]
-    factory = WebdatasetFactory(
+    cls = factory_class(source)
+    factory = cls.__new__(cls)
+    WebdatasetFactory.__init__(
+        factory,
         source,
         training=training,
         worker_config=worker_config,

@@ -1,0 +1,76 @@
+"""energon's named factory classes: what get_dataset_from_config returns, direct construction, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+import energon_arrow as ea
+from energon_arrow.loader.errors import LoaderError
+from tests.loader.conftest import write_dataset_yaml
+from tests.loader.wrappers.conftest import VAL_KEYS, wc
+
+
+def test_field_map_dataset_is_a_standard_factory(prepared_root):
+    factory = ea.get_dataset_from_config(prepared_root, split_part="val", worker_config=wc(), decoder=None)
+    assert type(factory) is ea.StandardWebdatasetFactory
+    for base in (
+        ea.BaseCoreDatasetFactory,
+        ea.BaseWebdatasetFactory,
+        ea.DefaultGenericWebdatasetFactory,
+        ea.DefaultDecoderWebdatasetFactory,
+    ):
+        assert isinstance(factory, base)
+    assert not isinstance(factory, (ea.CrudeWebdataset, ea.CaptioningWebdataset))
+
+
+def test_class_style_and_crude_yaml_pick_energons_class(dataset_copy):
+    write_dataset_yaml(
+        dataset_copy,
+        "__module__: megatron.energon\n__class__: CaptioningWebdataset\nfield_map: {image: jpg, caption: txt}\n",
+    )
+    factory = ea.get_dataset_from_config(dataset_copy, split_part="val", worker_config=wc(), decoder=None)
+    assert type(factory) is ea.CaptioningWebdataset
+    assert isinstance(factory, ea.StandardWebdatasetFactory)
+    assert ea.CaptioningWebdataset.__sample_type__ is ea.CaptioningSample
+    write_dataset_yaml(dataset_copy, "__module__: megatron.energon\n__class__: CrudeWebdataset\n")
+    crude = ea.get_dataset_from_config(dataset_copy, split_part="val", worker_config=wc())
+    assert type(crude) is ea.CrudeWebdataset
+
+
+def test_direct_construction_with_energons_signature(prepared_root):
+    factory = ea.CaptioningWebdataset(
+        prepared_root, split_part="val", training=False, worker_config=wc(), decoder=None
+    )
+    assert len(factory) == 40 and factory.__sample_type__ is ea.CaptioningSample
+    assert [s.__key__ for s in ea.get_loader(factory.build())] == VAL_KEYS
+    std = ea.StandardWebdatasetFactory(
+        prepared_root, split_part="val", training=False, worker_config=wc(), sample_type=ea.CaptioningSample
+    )
+    assert len(std) == 40
+    with pytest.raises(LoaderError, match="holds CaptioningSample samples, not TextSample"):
+        ea.StandardWebdatasetFactory(
+            prepared_root, split_part="val", training=False, worker_config=wc(), sample_type=ea.TextSample
+        )
+    with pytest.raises(LoaderError, match="not TextSample"):
+        ea.TextWebdataset(prepared_root, split_part="val", training=False, worker_config=wc())
+    with pytest.raises(LoaderError, match="prepared as StandardWebdatasetFactory"):
+        ea.CrudeWebdataset(prepared_root, split_part="val", training=False, worker_config=wc())
+    with pytest.raises(LoaderError, match=r"\['field_map'\] are not supported"):
+        ea.DefaultDecoderWebdatasetFactory(
+            prepared_root, split_part="val", training=False, worker_config=wc(), field_map={"caption": "txt"}
+        )
+    with pytest.raises(LoaderError, match="cannot be constructed directly"):
+        ea.JoinedWebdatasetFactory(prepared_root, split_part="val", training=False, worker_config=wc())
+
+
+def test_subclass_overriding_load_sample_is_refused():
+    with pytest.raises(LoaderError, match="overriding load_sample is not supported"):
+
+        class Mine(ea.DefaultDecoderWebdatasetFactory):
+            def load_sample(self, sample):
+                return sample
+
+    class Plain(ea.StandardWebdatasetFactory):  # subclassing without load_sample is fine
+        pass
+
+    assert issubclass(Plain, ea.BaseCoreDatasetFactory)
