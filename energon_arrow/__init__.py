@@ -69,6 +69,11 @@ _LOADER_EXPORTS = {
             "VidQAWebdataset",
         )
     },
+    "FileStore": "energon_arrow.loader.filestore_api",
+    "FileStoreDecoder": "energon_arrow.loader.filestore_api",
+    "PrimaryFileStore": "energon_arrow.loader.filestore_api",
+    "DecodeFileStore": "energon_arrow.loader.filestore_api",
+    "SystemFileStore": "energon_arrow.loader.filestore",
     "Batch": "energon_arrow.samples",
     "CaptioningSample": "energon_arrow.samples",
     "Cooker": "energon_arrow.samples",
