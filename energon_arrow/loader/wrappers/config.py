@@ -13,7 +13,7 @@ from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.source import SplitSource, open_split
 from energon_arrow.loader.wrappers.core import SampleDataset
-from energon_arrow.loader.wrappers.factory_base import BaseCoreDatasetFactory
+from energon_arrow.loader.wrappers.factory_base import BaseCoreDatasetFactory, DatasetLoaderInterface
 from energon_arrow.samples.decoders import PartDecoder
 
 _DEFAULT_DECODER = object()  # energon's default: SampleDecoder()
@@ -215,8 +215,9 @@ _MODES = {
 }
 
 
-class DatasetLoader:
-    """energon's loader of a dataset or metadataset path (what `load_dataset` returns)."""
+class DatasetLoader(DatasetLoaderInterface):
+    """energon's loader of a prepared dataset path (what `load_dataset` returns for a dataset; for a metadataset
+    YAML it returns a `Metadataset` / `MetadatasetV2`, see `metadatasets`)."""
 
     def __init__(self, path, *, storage_options: dict | None = None, trust_remote_code: bool = False):
         self.path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
@@ -268,5 +269,10 @@ class DatasetLoader:
 
 
 def load_dataset(path, **kwargs) -> DatasetLoader:
-    """A (meta)dataset loader (energon's load_dataset): `get_datasets(training=, split_part=, worker_config=)`."""
+    """A (meta)dataset loader (energon's load_dataset): `get_datasets(training=, split_part=, worker_config=)`;
+    a `MetadatasetV2` / `Metadataset` (by the YAML's `__class__`) for a metadataset, else a `DatasetLoader`."""
+    if _is_metadataset(os.fspath(path) if isinstance(path, os.PathLike) else str(path)):
+        from energon_arrow.loader.wrappers.metadatasets import metadataset_class
+
+        return metadataset_class(path, kwargs.get("storage_options"))(path, **kwargs)
     return DatasetLoader(path, **kwargs)

@@ -20,3 +20,23 @@ class BaseCoreDatasetFactory(ABC):
 
     @abstractmethod
     def build(self, worker_rotation_offset: int = 0) -> Any: ...
+
+
+class DatasetLoaderInterface(ABC):
+    """energon's interface of a (meta)dataset loader: `get_datasets(training=, split_part=, worker_config=, ...)`
+    lists the factories with their blend weights / repetitions; `prepare()` writes on-disk helpers (returns
+    their paths); `traverse(split_part=)` lists the leaf datasets."""
+
+    @abstractmethod
+    def post_initialize(self, mds_path: Any = None) -> None: ...
+
+    @abstractmethod
+    def get_datasets(self, *, training: bool, split_part: str, worker_config, **kwargs) -> Any: ...
+
+    def traverse(self, mds_path: Any = None, *, split_part: str) -> list:
+        from energon_arrow.loader.errors import LoaderError
+
+        raise LoaderError(f"{type(self).__name__} has no leaf datasets to traverse (not a metadataset)")
+
+    def prepare(self, split_part: str | None = None) -> tuple | list:
+        return ()

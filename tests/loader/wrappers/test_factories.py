@@ -74,3 +74,25 @@ def test_subclass_overriding_load_sample_is_refused():
         pass
 
     assert issubclass(Plain, ea.BaseCoreDatasetFactory)
+
+
+def test_load_dataset_gives_energons_loader_classes(prepared_root, tmp_path):
+    plain = ea.load_dataset(prepared_root)
+    assert isinstance(plain, ea.DatasetLoaderInterface) and not isinstance(plain, ea.Metadataset)
+    assert plain.prepare() == ()
+    with pytest.raises(LoaderError, match="not a metadataset"):
+        plain.traverse(split_part="train")
+    v2 = tmp_path / "v2.yaml"
+    v2.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    path: {prepared_root}\n"
+    )
+    v1 = tmp_path / "v1.yaml"
+    v1.write_text(f"splits:\n  train:\n    datasets:\n      - weight: 1\n        path: {prepared_root}\n")
+    loader2, loader1 = ea.load_dataset(str(v2)), ea.load_dataset(v1)
+    assert type(loader2) is ea.MetadatasetV2 and type(loader1) is ea.Metadataset
+    assert isinstance(loader2, ea.DatasetLoaderInterface)
+    assert [r.path for r in loader2.traverse(split_part="train")] == [prepared_root]
+    assert loader2.prepare() == []
+    loaded = loader1.get_datasets(training=False, split_part="train", worker_config=wc(), decoder=None)
+    assert [type(d.dataset) for d in loaded.datasets] == [ea.StandardWebdatasetFactory]
