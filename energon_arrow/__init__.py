@@ -36,6 +36,7 @@ _LOADER_EXPORTS = {
             "LogSampleDataset",
             "MapDataset",
             "MixBatchDataset",
+            "PackingDataset",
             "RepeatDataset",
             "SavableDataset",
             "ShuffleBufferDataset",
