@@ -119,6 +119,10 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(_LOADER_EXPORTS[name]), name)
+    if name == "bracecollapse":  # energon's helper module (`from megatron.energon import bracecollapse`)
+        import importlib
+
+        return importlib.import_module("energon_arrow.bracecollapse")
     # lazy: importing the package stays cheap; the query layer (DuckDB, pyarrow) loads on first use
     if name == "open_dataset":
         from energon_arrow.query import open_dataset
