@@ -3,10 +3,10 @@
 
 `get_dataset_from_config` / `load_dataset` return an instance of the class energon would build for the
 dataset.yaml (`factory_class`), so `isinstance` checks keep their meaning. The classes can also be constructed
-directly with energon's keyword signature (`Cls(path, split_part=, training=, worker_config=, ...)`); arguments
-that would override the prepared dataset.yaml (`field_map`, `sample_loader`, `part_filter`, `subset`,
-`sample_type` other than the prepared one) are refused, as are subclasses that override `load_sample` (samples
-are built by our vectorised builder, not per-sample methods).
+directly with energon's keyword signature (`Cls(path, split_part=, training=, worker_config=, ...)`): a
+`field_map` (with one of energon's sample types) replaces the prepared dataset.yaml's, as in energon; callables
+(`sample_loader`, `part_filter`), `subset` and `handler` are refused, as are subclasses that override
+`load_sample` (samples are built by our vectorised builder, not per-sample methods).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from energon_arrow.loader.wrappers.factory_base import BaseCoreDatasetFactory
 __all__ = ["BaseCoreDatasetFactory", "factory_class"]
 
 # energon arguments that replace what the prepared dataset.yaml says; our builder is fixed by the index
-_REFUSED = ("field_map", "sample_loader", "part_filter", "subset", "handler", "image_decode", "av_decode")
+_REFUSED = ("sample_loader", "part_filter", "subset", "handler", "image_decode", "av_decode")
 
 
 class BaseWebdatasetFactory(WebdatasetFactory):
@@ -61,7 +61,8 @@ class BaseWebdatasetFactory(WebdatasetFactory):
                 f"{type(self).__name__}: argument(s) {refused} are not supported; the prepared dataset.yaml "
                 "fixes how samples are built (re-prepare the dataset to change them)"
             )
-        sample_type = kwargs.pop("sample_type", None)
+        sample_type = kwargs.pop("sample_type", None) or type(self).__dict__.get("__sample_type__")
+        field_map = kwargs.pop("field_map", None)
         options = _options(decoder=decoder, **kwargs)
         path = os.fspath(path) if isinstance(path, os.PathLike) else path
         source = open_split(
@@ -72,10 +73,13 @@ class BaseWebdatasetFactory(WebdatasetFactory):
             dataset_yaml=dataset_config or "dataset.yaml",
             split_config=split_config or "split.yaml",
         )
-        expected = factory_class(source)
-        if not issubclass(type(self), expected) and not issubclass(expected, type(self)):
+        if field_map is not None:  # energon's direct construction: the field map replaces the dataset.yaml's
+            source.config = _field_map_config(type(self), sample_type, field_map, source.config)
+        crude = issubclass(type(self), CrudeWebdataset)
+        if crude != bool(source.config.crude):
             raise LoaderError(
-                f"{type(self).__name__}: {source.name} is prepared as {expected.__name__} (see its dataset.yaml)"
+                f"{type(self).__name__}: {source.name} is prepared as {factory_class(source).__name__} "
+                "(see its dataset.yaml)"
             )
         super().__init__(
             source,
@@ -85,12 +89,32 @@ class BaseWebdatasetFactory(WebdatasetFactory):
             max_samples_per_sequence=options["max_samples_per_sequence"],
             trust_remote_code=options["trust_remote_code"],
         )
-        fixed = type(self).__dict__.get("__sample_type__") or sample_type
-        if fixed is not None and not issubclass(self.__sample_type__, fixed):
+        if sample_type is not None and not issubclass(self.__sample_type__, sample_type):
             raise LoaderError(
                 f"{type(self).__name__}: {source.name} holds {self.__sample_type__.__name__} samples, "
-                f"not {fixed.__name__}"
+                f"not {sample_type.__name__}"
             )
+
+
+def _field_map_config(cls: type, sample_type: type | None, field_map: dict, prepared):
+    """The dataset config of `field_map` for one of energon's sample types (checked like a dataset.yaml)."""
+    import energon_arrow.samples as samples
+    from energon_arrow.meta import MetaError
+    from energon_arrow.meta.dataset_yaml import check_field_map, field_map_dataset
+
+    name = getattr(sample_type, "__name__", None)
+    if sample_type is None or getattr(samples, name, None) is not sample_type:
+        raise LoaderError(
+            f"{cls.__name__}: field_map needs sample_type= one of energon's sample types (energon_arrow.samples), "
+            f"got {sample_type!r}; for other types prepare the dataset with a sample_loader"
+        )
+    try:
+        check_field_map(name, field_map)
+        config = field_map_dataset(name, field_map)
+    except MetaError as exc:
+        raise LoaderError(f"{cls.__name__}: {exc}") from None
+    config.subflavors = prepared.subflavors
+    return config
 
 
 class DefaultGenericWebdatasetFactory(BaseWebdatasetFactory):
@@ -109,7 +133,7 @@ class CrudeWebdataset(DefaultDecoderWebdatasetFactory):
     """energon's factory of crude samples (part dicts handed to a TaskEncoder's cookers)."""
 
 
-class JoinedWebdatasetFactory(BaseWebdatasetFactory):
+class JoinedWebdatasetFactory(WebdatasetFactory):
     """energon's factory of a metadataset `join:` (one sample from each joined dataset per key); what
     `load_dataset(<metadataset with join>).get_datasets(...)` returns for a joined leaf."""
 
@@ -161,7 +185,7 @@ def _per_type(name: str) -> type:
     sample = getattr(samples, f"{name}Sample")
     return type(
         f"{name}Webdataset",
-        (StandardWebdatasetFactory,),
+        (DefaultDecoderWebdatasetFactory,),
         {
             "__doc__": f"energon's (deprecated) factory fixed to {name}Sample.",
             "__sample_type__": sample,

@@ -30,7 +30,8 @@ def test_class_style_and_crude_yaml_pick_energons_class(dataset_copy):
     )
     factory = ea.get_dataset_from_config(dataset_copy, split_part="val", worker_config=wc(), decoder=None)
     assert type(factory) is ea.CaptioningWebdataset
-    assert isinstance(factory, ea.StandardWebdatasetFactory)
+    assert isinstance(factory, ea.DefaultDecoderWebdatasetFactory)
+    assert not isinstance(factory, ea.StandardWebdatasetFactory)  # as in energon
     assert ea.CaptioningWebdataset.__sample_type__ is ea.CaptioningSample
     write_dataset_yaml(dataset_copy, "__module__: megatron.energon\n__class__: CrudeWebdataset\n")
     crude = ea.get_dataset_from_config(dataset_copy, split_part="val", worker_config=wc())
@@ -55,8 +56,29 @@ def test_direct_construction_with_energons_signature(prepared_root):
         ea.TextWebdataset(prepared_root, split_part="val", training=False, worker_config=wc())
     with pytest.raises(LoaderError, match="prepared as StandardWebdatasetFactory"):
         ea.CrudeWebdataset(prepared_root, split_part="val", training=False, worker_config=wc())
-    with pytest.raises(LoaderError, match=r"\['field_map'\] are not supported"):
+    with pytest.raises(LoaderError, match=r"\['sample_loader'\] are not supported"):
         ea.DefaultDecoderWebdatasetFactory(
+            prepared_root, split_part="val", training=False, worker_config=wc(), sample_loader=print
+        )
+    # energon's direct construction passes a field map: it replaces the prepared one
+    text = ea.StandardWebdatasetFactory(
+        prepared_root,
+        split_part="val",
+        training=False,
+        worker_config=wc(),
+        sample_type=ea.TextSample,
+        field_map={"text": "txt"},
+        decoder=None,
+    )
+    assert text.__sample_type__ is ea.TextSample
+    first = next(iter(ea.get_loader(text.build())))
+    assert isinstance(first, ea.TextSample) and first.text.startswith(b"sample 0 of shard 3")
+    with pytest.raises(LoaderError, match="required field"):
+        ea.CaptioningWebdataset(
+            prepared_root, split_part="val", training=False, worker_config=wc(), field_map={"caption": "txt"}
+        )
+    with pytest.raises(LoaderError, match="field_map needs sample_type="):
+        ea.StandardWebdatasetFactory(
             prepared_root, split_part="val", training=False, worker_config=wc(), field_map={"caption": "txt"}
         )
     with pytest.raises(LoaderError, match="cannot be constructed directly"):
@@ -96,3 +118,34 @@ def test_load_dataset_gives_energons_loader_classes(prepared_root, tmp_path):
     assert loader2.prepare() == []
     loaded = loader1.get_datasets(training=False, split_part="train", worker_config=wc(), decoder=None)
     assert [type(d.dataset) for d in loaded.datasets] == [ea.StandardWebdatasetFactory]
+
+
+@pytest.mark.parametrize(
+    "yaml",
+    [
+        None,  # the prepared field-map dataset.yaml
+        "__module__: megatron.energon\n__class__: CaptioningWebdataset\nfield_map: {image: jpg, caption: txt}\n",
+        "__module__: megatron.energon\n__class__: CrudeWebdataset\n",
+    ],
+)
+def test_same_factory_class_as_energon(energon_prepared_root, tmp_path, yaml):
+    import shutil
+
+    me = pytest.importorskip("megatron.energon")
+    from megatron.energon.dataset_config import get_dataset_from_config
+
+    root = str(tmp_path / "ds")
+    shutil.copytree(energon_prepared_root, root)
+    if yaml is not None:
+        write_dataset_yaml(root, yaml)
+    theirs = get_dataset_from_config(
+        root,
+        split_part="val",
+        training=False,
+        worker_config=me.WorkerConfig(rank=0, world_size=1, num_workers=0),
+    )
+    ours = ea.get_dataset_from_config(root, split_part="val", training=False, worker_config=wc())
+    assert type(ours).__name__ == type(theirs).__name__
+    assert [c.__name__ for c in type(ours).__mro__ if hasattr(me, c.__name__)] == [
+        c.__name__ for c in type(theirs).__mro__ if hasattr(me, c.__name__) and c.__name__ != "Generic"
+    ]
