@@ -149,3 +149,9 @@ def test_same_factory_class_as_energon(energon_prepared_root, tmp_path, yaml):
     assert [c.__name__ for c in type(ours).__mro__ if hasattr(me, c.__name__)] == [
         c.__name__ for c in type(theirs).__mro__ if hasattr(me, c.__name__) and c.__name__ != "Generic"
     ]
+
+
+def test_user_factory_class_in_dataset_yaml_is_refused(dataset_copy):
+    write_dataset_yaml(dataset_copy, "__module__: my_project.data\n__class__: MyFactory\n")
+    with pytest.raises(ValueError, match="'MyFactory': user dataset factory classes .* are not supported"):
+        ea.get_dataset_from_config(dataset_copy, split_part="val", worker_config=wc())
