@@ -20,7 +20,7 @@ from energon_arrow.loader.wrappers.factory_base import BaseCoreDatasetFactory
 
 __all__ = ["BaseCoreDatasetFactory", "factory_class"]
 
-# energon arguments that replace what the prepared dataset.yaml says; our builder is fixed by the index
+# energon arguments refused in direct construction: callables and decode options the prepared dataset.yaml fixes
 _REFUSED = ("sample_loader", "part_filter", "subset", "handler", "image_decode", "av_decode")
 
 
@@ -102,7 +102,7 @@ def _field_map_config(cls: type, sample_type: type | None, field_map: dict, prep
     from energon_arrow.meta import MetaError
     from energon_arrow.meta.dataset_yaml import check_field_map, field_map_dataset
 
-    name = getattr(sample_type, "__name__", None)
+    name = getattr(sample_type, "__name__", "")
     if sample_type is None or getattr(samples, name, None) is not sample_type:
         raise LoaderError(
             f"{cls.__name__}: field_map needs sample_type= one of energon's sample types (energon_arrow.samples), "
