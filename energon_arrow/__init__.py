@@ -20,7 +20,15 @@ _LOADER_EXPORTS = {
     "SavableDataLoader": "energon_arrow.loader.energon_api",
     **{
         name: "energon_arrow.loader.cache_pool"
-        for name in ("CachePool", "DirectLazy", "FileCacheLazy", "FileStoreCachePool", "Lazy", "NoCachePool")
+        for name in (
+            "CachePool",
+            "DirectLazy",
+            "FileCacheLazy",
+            "FileStoreCachePool",
+            "Lazy",
+            "MockLazy",
+            "NoCachePool",
+        )
     },
     # energon's wrapper datasets and dataset-building API (energon's meaning of BatchDataset: the wrapper;
     # the fast batched loader dataset stays energon_arrow.loader.BatchDataset)
@@ -40,6 +48,7 @@ _LOADER_EXPORTS = {
             "LogSampleDataset",
             "MapDataset",
             "MixBatchDataset",
+            "PackingDataset",
             "RepeatDataset",
             "SavableDataset",
             "ShuffleBufferDataset",
@@ -47,6 +56,40 @@ _LOADER_EXPORTS = {
             "load_dataset",
         )
     },
+    # energon's dataset factory classes (class-style dataset.yaml, isinstance on get_dataset_from_config)
+    **{
+        name: "energon_arrow.loader.wrappers.factories"
+        for name in (
+            "BaseCoreDatasetFactory",
+            "BaseWebdatasetFactory",
+            "CaptioningWebdataset",
+            "CrudeJsonlDatasetFactory",
+            "CrudeWebdataset",
+            "DefaultCrudeJsonlDatasetFactory",
+            "DefaultDecoderWebdatasetFactory",
+            "DefaultGenericWebdatasetFactory",
+            "ImageClassificationWebdataset",
+            "ImageWebdataset",
+            "InterleavedWebdataset",
+            "JoinedWebdatasetFactory",
+            "MultiChoiceVQAWebdataset",
+            "OCRWebdataset",
+            "SimilarityInterleavedWebdataset",
+            "StandardWebdatasetFactory",
+            "TextWebdataset",
+            "VQAOCRWebdataset",
+            "VQAWebdataset",
+            "VidQAWebdataset",
+        )
+    },
+    "FileStore": "energon_arrow.loader.filestore_api",
+    "FileStoreDecoder": "energon_arrow.loader.filestore_api",
+    "PrimaryFileStore": "energon_arrow.loader.filestore_api",
+    "DecodeFileStore": "energon_arrow.loader.filestore_api",
+    "SystemFileStore": "energon_arrow.loader.filestore",
+    "DatasetLoaderInterface": "energon_arrow.loader.wrappers.factory_base",
+    "Metadataset": "energon_arrow.loader.wrappers.metadatasets",
+    "MetadatasetV2": "energon_arrow.loader.wrappers.metadatasets",
     "Batch": "energon_arrow.samples",
     "CaptioningSample": "energon_arrow.samples",
     "Cooker": "energon_arrow.samples",
@@ -88,6 +131,10 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(_LOADER_EXPORTS[name]), name)
+    if name == "bracecollapse":  # energon's helper module (`from megatron.energon import bracecollapse`)
+        import importlib
+
+        return importlib.import_module("energon_arrow.bracecollapse")
     # lazy: importing the package stays cheap; the query layer (DuckDB, pyarrow) loads on first use
     if name == "open_dataset":
         from energon_arrow.query import open_dataset

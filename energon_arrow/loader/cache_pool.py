@@ -25,6 +25,7 @@ import tempfile
 import threading
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -107,6 +108,17 @@ class DirectLazy(Lazy):
 
     def get(self, sample: Any = None) -> Any:
         return self.ds.get(self.fname, sample)
+
+
+class MockLazy(Lazy):
+    """A Lazy whose data comes from `get_fn(fname)` (energon's MockLazy: no store, no pool, no source info)."""
+
+    def __init__(self, fname: str, get_fn: Callable[[str], Any]):
+        super().__init__(None, fname, None)
+        self.get_fn = get_fn
+
+    def get(self, sample: Any = None) -> Any:
+        return self.get_fn(self.fname)
 
 
 class _MemoryLazy(Lazy):

@@ -17,24 +17,15 @@ import pyarrow.compute as pc
 
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.filestore_api import FileStore
 from energon_arrow.loader.members import split_sample
 from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.samples.decoders import PartDecoder
 from energon_arrow.samples.sample import SourceInfo
 
 
-class _FileStoreBase:
+class _FileStoreBase(FileStore):
     decoder: PartDecoder | None = None
-
-    def get(self, key: str, sample: Any = None) -> Any:
-        """The payload of `key`; records where it came from in `sample.__sources__` when given."""
-        data, source = self[key]
-        if sample is not None:
-            if isinstance(sample, dict):
-                sample["__sources__"] = (*(sample.get("__sources__") or ()), source)
-            elif hasattr(sample, "__sources__"):
-                sample.__sources__ = (*(sample.__sources__ or ()), source)
-        return data
 
     def _decode(self, name: str, data: bytes) -> Any:
         return data if self.decoder is None else self.decoder.decode(name, data)
@@ -131,6 +122,23 @@ class FolderStore(_FileStoreBase):
         return self._decode(key, data), SourceInfo(
             dataset_path=url, index=key, shard_name=url, file_names=(key,)
         )
+
+
+class SystemFileStore(FolderStore):
+    """energon's SystemFileStore: files by name under `base_dir` (local or object store URL); without a base_dir,
+    keys are local file paths."""
+
+    def __init__(self, base_dir: Any = None, storage_options: dict | None = None):
+        super().__init__("/" if base_dir is None else base_dir, storage_options)
+        self.base_dir = base_dir
+
+    def __getitem__(self, key: str) -> tuple[Any, SourceInfo]:
+        if self.base_dir is None and not os.path.isabs(key):
+            raise LoaderError(f"SystemFileStore without base_dir: {key!r} is not an absolute path")
+        return super().__getitem__(key.lstrip("/") if self.base_dir is None else key)
+
+    def __str__(self) -> str:
+        return f"SystemFileStore(base_dir={self.base_dir})"
 
 
 def open_file_store(path: Any, storage_options: dict | None = None, decoder: PartDecoder | None = None):

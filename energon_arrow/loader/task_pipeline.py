@@ -10,6 +10,7 @@ Users may also call them to compose pipelines of their own, with energon's signa
 - `build_encode_sample(dataset, *, worker_config)`: MapDataset of `preencode_sample` or `encode_sample` (whichever
   is overridden; none: the dataset itself);
 - `build_batch(dataset, *, batch_size, batch_drop_last=False, packing_buffer_size=None, worker_config)`:
+  PackingDataset (packing_buffer_size set: select_samples_to_pack, postencode_sample, pack_selected_samples) or
   `postencode_sample`, then GroupBatchDataset (with `batch_group_criterion`) or BatchDataset (batch_size not None)
   of `batch`, then `encode_batch` (when overridden);
 - `build_train_datasets(*, datasets, worker_config, batch_size, batch_drop_last=False, packing_buffer_size=None,
@@ -27,13 +28,6 @@ from typing import Any
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.samples.cookers import select_cooker
 from energon_arrow.samples.stateless import get_failure_tolerance, get_stateless
-
-
-def _refuse_packing(packing_buffer_size: int | None, where: str) -> None:
-    if packing_buffer_size is not None:
-        raise LoaderError(
-            f"{where}: packing_buffer_size={packing_buffer_size} is not supported yet (sample packing is issue 13)"
-        )
 
 
 def _rotation_offsets(datasets: list, worker_config) -> list[int]:
@@ -129,12 +123,36 @@ class PipelineBuilders:
         packing_buffer_size: int | None = None,
         worker_config,
     ):
-        """postencode_sample, grouping / batching with `batch`, then encode_batch (as energon composes them)."""
+        """Packing (select_samples_to_pack, postencode_sample on the selected samples, pack_selected_samples) or
+        postencode_sample, then grouping / batching with `batch`, then encode_batch (as energon composes them)."""
         from energon_arrow.loader.wrappers.batch import BatchDataset, GroupBatchDataset
+        from energon_arrow.loader.wrappers.packing import PackingDataset
 
-        _refuse_packing(packing_buffer_size, "build_batch")
-        if self._is_overridden(self.postencode_sample):
-            dataset = self._map(dataset, self.postencode_sample, worker_config)
+        post = self.postencode_sample if self._is_overridden(self.postencode_sample) else None
+        if packing_buffer_size is not None:
+            if not (
+                self._is_overridden(self.select_samples_to_pack)
+                and self._is_overridden(self.pack_selected_samples)
+            ):
+                raise LoaderError(
+                    "build_batch: packing_buffer_size needs both select_samples_to_pack and pack_selected_samples "
+                    "in the task encoder"
+                )
+            dataset = PackingDataset(
+                dataset,
+                buffer_size=packing_buffer_size,
+                pre_packer=self.select_samples_to_pack,
+                final_packer=self.pack_selected_samples,
+                final_packer_stateless=get_stateless(self.pack_selected_samples),
+                sample_encoder=post,
+                sample_encoder_stateless=True if post is None else get_stateless(post),
+                pre_packer_failure_tolerance=self._tolerance(self.select_samples_to_pack),
+                final_packer_failure_tolerance=self._tolerance(self.pack_selected_samples),
+                sample_encoder_failure_tolerance=0 if post is None else self._tolerance(post),
+                worker_config=worker_config,
+            )
+        elif post is not None:
+            dataset = self._map(dataset, post, worker_config)
         batched = False
         if self._is_overridden(self.batch_group_criterion):
             dataset = GroupBatchDataset(

@@ -132,7 +132,9 @@ def _dataset_class(raw: dict, where: str) -> str | None:
     cls, module = str(raw.pop("__class__")), raw.pop("__module__", ENERGON_MODULE)
     if module != ENERGON_MODULE:
         raise MetaError(
-            f"{where}: __module__ {module!r}: only megatron.energon's dataset classes are supported"
+            f"{where}: __module__ {module!r} __class__ {cls!r}: user dataset factory classes (e.g. a subclass "
+            "overriding load_sample) are not supported, only megatron.energon's dataset classes; move the "
+            "per-sample code to a sample_loader (sample_loader.py) or the task encoder"
         )
     if cls in _FACTORIES:
         return cls

@@ -138,5 +138,24 @@ def test_build_batch_compositions(prepared_root):
     assert plain.build_encode_sample(core, worker_config=wc) is core  # encode_sample not overridden
     # DefaultTaskEncoder's encode_sample converts types: energon maps it too
     assert isinstance(ea.DefaultTaskEncoder().build_encode_sample(core, worker_config=wc), ea.MapDataset)
-    with pytest.raises(LoaderError, match="packing_buffer_size"):
+    with pytest.raises(LoaderError, match="packing_buffer_size needs both"):
         te.build_batch(encoded, batch_size=3, packing_buffer_size=8, worker_config=wc)
+
+    class Packing(TextTE):
+        def select_samples_to_pack(self, samples):
+            return [samples[i : i + 2] for i in range(0, len(samples), 2)]
+
+        def pack_selected_samples(self, samples):
+            return samples[0].derive_from(samples[0], text="+".join(s.text for s in samples))
+
+        def batch(self, samples):
+            return [s.text for s in samples]
+
+    packed = Packing().build_batch(encoded, batch_size=2, packing_buffer_size=4, worker_config=wc)
+    chain, ds = [], packed
+    while ds is not None:
+        chain.append(type(ds))
+        ds = getattr(ds, "dataset", None)
+    assert ea.PackingDataset in chain and chain.index(ea.BatchDataset) < chain.index(ea.PackingDataset)
+    texts = [t for batch in ea.get_loader(packed) for t in batch]
+    assert texts and all(t.count("+") == 1 for t in texts[:-1])  # pairs of samples, in buffers of 4

@@ -110,3 +110,9 @@ def test_need_cache_cooker_in_an_own_pipeline(dataset_copy, prepared_root, tmp_p
     assert all(t.startswith("SAMPLE ") for t in batch.text)
     with pytest.raises(LoaderError, match="cache_pool must be a"):
         ea.get_loader(ds, cache_pool="/tmp/cache")
+
+
+def test_mock_lazy_calls_its_function():
+    lazy = ea.MockLazy("a.txt", lambda name: name.upper())
+    assert isinstance(lazy, ea.Lazy)
+    assert (lazy.fname, lazy.ds, lazy.pool, lazy.get()) == ("a.txt", None, None, "A.TXT")

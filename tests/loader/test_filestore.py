@@ -60,3 +60,27 @@ def test_load_from_s3(prepared_root, s3_root):
     assert [b.image for b in ea.get_loader(val)] == [b.image for b in ea.get_loader(local)]
     store = PartStore(url, options)
     assert store["000003_000005.txt"][0].startswith(b"sample 5 of shard 3")
+
+
+class Upper(ea.FileStoreDecoder):
+    def decode(self, fname: str, data: bytes):
+        return (fname, data.upper())
+
+
+def test_energon_file_store_classes(prepared_root, tmp_path):
+    (tmp_path / "k1.txt").write_bytes(b"abc")
+    system = ea.SystemFileStore(str(tmp_path))
+    assert isinstance(system, ea.FileStore) and isinstance(open_file_store(prepared_root), ea.FileStore)
+    data, source = system["k1.txt"]
+    assert data == b"abc" and source.file_names == ("k1.txt",)
+    assert ea.SystemFileStore()[str(tmp_path / "k1.txt")][0] == b"abc"  # no base_dir: absolute paths
+    with pytest.raises(LoaderError, match="not an absolute path"):
+        ea.SystemFileStore()["k1.txt"]
+    primary = ea.PrimaryFileStore(system, current_key="k1")
+    sample = {"__key__": "k1"}
+    assert primary.get(".txt", sample) == b"abc" and sample["__sources__"][0].file_names == ("k1.txt",)
+    assert primary.get_path() == system.get_path()
+    decoded = ea.DecodeFileStore(primary, decoder=Upper())
+    assert decoded[".txt"][0] == (".txt", b"ABC")  # as energon: the decoder sees the key as passed
+    parts = ea.PrimaryFileStore(open_file_store(prepared_root), current_key="000002_000007")
+    assert parts[".txt"][0].startswith(b"sample 7 of shard 2")

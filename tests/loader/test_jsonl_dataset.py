@@ -107,3 +107,18 @@ def test_cli_prepare_writes_the_index(tmp_path, capsys):
     assert (tmp_path / "c.jsonl.idx").read_bytes() == np.r_[0, ends].astype("<u8").tobytes()
     with pytest.raises(SystemExit):
         main(["prepare", path, "--split-ratio", "1,0,0"])
+
+
+def test_crude_jsonl_factory(tmp_path):
+    path = _write(tmp_path / "d.jsonl", 6)
+    prepare_jsonl(path)
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    factory = ea.DefaultCrudeJsonlDatasetFactory(str(path), training=False, worker_config=wc)
+    assert isinstance(factory, ea.CrudeJsonlDatasetFactory) and len(factory) == 6
+    assert [s["json"]["i"] for s in ea.get_loader(factory.build())] == list(range(6))
+    mds = tmp_path / "m.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    path: d.jsonl\n"
+    )
+    loaded = ea.load_dataset(str(mds)).get_datasets(training=False, split_part="train", worker_config=wc)
+    assert type(loaded.datasets[0].dataset) is ea.DefaultCrudeJsonlDatasetFactory

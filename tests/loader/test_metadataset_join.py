@@ -75,3 +75,15 @@ def test_nonmatch_error_names_the_key(tmp_path, roots):
     joiner = "{__module__: megatron.energon, __class__: CaptioningSample}"
     with pytest.raises(LoaderError, match=r"sample key '000002_000000' .* nonmatch is 'error'"):
         _val(_mds(tmp_path, roots, "error", joiner, mapping=False))
+
+
+def test_load_dataset_gives_a_joined_factory_with_joined_samples(tmp_path, roots):
+    joiner = "{__module__: tests.loader.test_metadataset_join, __class__: join_pair}"
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    loaded = ea.load_dataset(_mds(tmp_path, roots, "none", joiner)).get_datasets(
+        training=False, split_part="train", worker_config=wc, decoder=None
+    )
+    (factory,) = [d.dataset for d in loaded.datasets]
+    assert type(factory) is ea.JoinedWebdatasetFactory and isinstance(factory, ea.BaseCoreDatasetFactory)
+    out = list(ea.get_loader(factory.build()))
+    assert len(out) == 18 and out[0].text == out[0].__key__ and out[-1].text == "-"

@@ -33,6 +33,7 @@ _EXPORTS = {
     "EpochizeDataset": "epochs",
     "ShuffleBufferDataset": "epochs",
     "FatalSampleError": "failures",
+    "PackingDataset": "packing",
     "PipelineLoader": "savable_loader",
     "SavablePipelineLoader": "savable_loader",
 }

@@ -13,12 +13,13 @@ from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.source import SplitSource, open_split
 from energon_arrow.loader.wrappers.core import SampleDataset
+from energon_arrow.loader.wrappers.factory_base import BaseCoreDatasetFactory, DatasetLoaderInterface
 from energon_arrow.samples.decoders import PartDecoder
 
 _DEFAULT_DECODER = object()  # energon's default: SampleDecoder()
 
 
-class WebdatasetFactory:
+class WebdatasetFactory(BaseCoreDatasetFactory):
     """energon's dataset factory for one split: `len()` is the split's sample count over all ranks, `build()`
     the core dataset of the calling worker."""
 
@@ -54,7 +55,8 @@ class WebdatasetFactory:
 
     def _builder(self) -> SampleBuilder:
         src = self.source
-        return SampleBuilder(src.storage, src.config, self._decoder, self.subflavors, self._trust_remote_code)
+        builder = src.builder or SampleBuilder  # JSONL and joined sources carry their own builder
+        return builder(src.storage, src.config, self._decoder, self.subflavors, self._trust_remote_code)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -76,7 +78,7 @@ class WebdatasetFactory:
         return PartStore(self.source.storage)
 
     def __str__(self) -> str:
-        return f"WebdatasetFactory({self.source.name}, training={self.training})"
+        return f"{type(self).__name__}({self.source.name}, training={self.training})"
 
 
 # energon arguments whose meaning our order does not have (accepted, documented in docs/migration.md)
@@ -113,8 +115,13 @@ def _options(
 
 
 def _factory(source: SplitSource, training: bool, worker_config, options: dict) -> WebdatasetFactory:
+    from energon_arrow.loader.wrappers.factories import factory_class
+
     sample_type = options["sample_type"]
-    factory = WebdatasetFactory(
+    cls = factory_class(source)
+    factory = cls.__new__(cls)
+    WebdatasetFactory.__init__(
+        factory,
         source,
         training=training,
         worker_config=worker_config,
@@ -214,8 +221,9 @@ _MODES = {
 }
 
 
-class DatasetLoader:
-    """energon's loader of a dataset or metadataset path (what `load_dataset` returns)."""
+class DatasetLoader(DatasetLoaderInterface):
+    """energon's loader of a prepared dataset path (what `load_dataset` returns for a dataset; for a metadataset
+    YAML it returns a `Metadataset` / `MetadatasetV2`, see `metadatasets`)."""
 
     def __init__(self, path, *, storage_options: dict | None = None, trust_remote_code: bool = False):
         self.path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
@@ -267,5 +275,10 @@ class DatasetLoader:
 
 
 def load_dataset(path, **kwargs) -> DatasetLoader:
-    """A (meta)dataset loader (energon's load_dataset): `get_datasets(training=, split_part=, worker_config=)`."""
+    """A (meta)dataset loader (energon's load_dataset): `get_datasets(training=, split_part=, worker_config=)`;
+    a `MetadatasetV2` / `Metadataset` (by the YAML's `__class__`) for a metadataset, else a `DatasetLoader`."""
+    if _is_metadataset(os.fspath(path) if isinstance(path, os.PathLike) else str(path)):
+        from energon_arrow.loader.wrappers.metadatasets import metadataset_class
+
+        return metadataset_class(path, kwargs.get("storage_options"))(path, **kwargs)
     return DatasetLoader(path, **kwargs)

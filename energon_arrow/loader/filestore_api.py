@@ -1,0 +1,80 @@
+"""energon's random-access store interface: `FileStore` (abstract: `store[key] -> (data, SourceInfo)`,
+`get(key, sample)`, `get_path()`), `FileStoreDecoder` (abstract `decode(fname, data)`), and the wrappers
+`PrimaryFileStore` (keys starting with '.' get the current sample's key as prefix) and `DecodeFileStore`
+(decodes every item). The concrete stores (prepared dataset, folder, `SystemFileStore`) are in `filestore`."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from energon_arrow.samples.sample import SourceInfo
+
+
+class FileStore(ABC):
+    """A dataset accessed randomly by key (a sample key, `<key>.<part>` or a relative file name)."""
+
+    @abstractmethod
+    def __getitem__(self, key: str) -> tuple[Any, SourceInfo]: ...
+
+    @abstractmethod
+    def get_path(self) -> str: ...
+
+    def get(self, key: str, sample: Any = None) -> Any:
+        """The payload of `key`; records where it came from in `sample.__sources__` when given."""
+        data, source = self[key]
+        if sample is not None:
+            if isinstance(sample, dict):
+                sample["__sources__"] = (*(sample.get("__sources__") or ()), source)
+            elif hasattr(sample, "__sources__"):
+                sample.__sources__ = (*(sample.__sources__ or ()), source)
+        return data
+
+
+class FileStoreDecoder(ABC):
+    """Turns the raw bytes of a file read from a FileStore into a value."""
+
+    @abstractmethod
+    def decode(self, fname: str, data: bytes) -> Any: ...
+
+
+class FileStoreWrapper(FileStore):
+    """A FileStore over another one (`inner`)."""
+
+    def __init__(self, inner: FileStore):
+        self._inner = inner
+
+    def get_path(self) -> str:
+        return self._inner.get_path()
+
+
+class PrimaryFileStore(FileStoreWrapper):
+    """`inner`, where a key starting with '.' (a part name) is taken relative to `current_key`."""
+
+    def __init__(self, inner: FileStore, current_key: str):
+        super().__init__(inner)
+        self._current_key = current_key
+
+    def _key(self, key: str) -> str:
+        return f"{self._current_key}{key}" if key.startswith(".") else key
+
+    def __getitem__(self, key: str) -> tuple[Any, SourceInfo]:
+        return self._inner[self._key(key)]
+
+    def get(self, key: str, sample: Any = None) -> Any:
+        return self._inner.get(self._key(key), sample)
+
+
+class DecodeFileStore(FileStoreWrapper):
+    """`inner` with `decoder.decode(fname, data)` applied to every item read."""
+
+    def __init__(self, inner: FileStore, *, decoder: FileStoreDecoder):
+        super().__init__(inner)
+        self.decoder = decoder
+
+    def __getitem__(self, fname: str) -> tuple[Any, SourceInfo]:
+        data, source = self._inner[fname]
+        return self.decoder.decode(fname, data), source
+
+    def __str__(self) -> str:
+        return f"DecodeFileStore(inner={self._inner}, decoder={self.decoder})"
