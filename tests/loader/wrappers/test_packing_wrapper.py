@@ -44,13 +44,14 @@ def _packed(root, c, buffer_size=5):
 
 def test_windows_are_selected_encoded_and_packed(prepared_root):
     ds = _packed(prepared_root, wc())
-    packs = list(ea.get_loader(ds))
+    loader = ea.get_loader(ds)
+    packs = list(loader)
     # windows of 5: keys 0-4 -> (0,1), (2,3); 4 dropped; 5-9 -> (5,6), (7,8); ...
     expected = [[VAL_KEYS[w + i], VAL_KEYS[w + i + 1]] for w in range(0, 40, 5) for i in (0, 2)]
     assert [keys_of(p) for p in packs] == expected
     assert packs[0].text == f"{VAL_KEYS[0].upper()}+{VAL_KEYS[1].upper()}"
     assert len(ds) == 40  # energon: len() of a packing dataset is the unpacked count
-    restored = ds.restore_sample(packs[3].__restore_key__)
+    restored = loader.restore_sample(packs[3].__restore_key__)  # the loader's key names its worker first
     assert keys_of(restored) == expected[3] and restored.text == packs[3].text
     assert ds.config()["buffer_size"] == 5
 
