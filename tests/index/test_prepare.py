@@ -133,13 +133,14 @@ def test_sigkilled_prepare_leaves_old_index_and_the_next_run_removes_its_build_f
         "prep.split_yaml_bytes = lambda *a, **k: time.sleep(3600)\n"
         f"prep.prepare_dataset({dataset!r}, prep.PrepareOptions(split_ratio=parse_split_ratio('8,1,1'), force=True))\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=os.getcwd())
+    # its own process group, so that the kill takes its prepare workers too (no orphans left sleeping)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=os.getcwd(), start_new_session=True)
     deadline = time.time() + 60
     while not [n for n in os.listdir(dataset) if n.startswith(".nv-meta.build-")]:
         assert time.time() < deadline and proc.poll() is None
         time.sleep(0.05)
     time.sleep(0.3)
-    proc.send_signal(signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     leftover = [n for n in os.listdir(dataset) if n.startswith(".nv-meta.build-")]
     assert len(leftover) == 1 and f"-{proc.pid}-" in leftover[0]
