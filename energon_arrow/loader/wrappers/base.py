@@ -64,7 +64,7 @@ def worker_seed(worker_config, worker_idx: int | None = None) -> int:
     """A seed for this worker: a function of (seed_offset, rank, worker index) only."""
     k = rank_worker_id(worker_config) if worker_idx is None else worker_idx
     seq = np.random.SeedSequence([int(getattr(worker_config, "seed_offset", 0)), int(worker_config.rank), k])
-    return int(seq.generate_state(1, np.uint64)[0] & 0x7FFFFFFFFFFFFFFF)
+    return int(seq.generate_state(1, np.uint64)[0]) & 0x7FFFFFFFFFFFFFFF
 
 
 def worker_config_dict(worker_config) -> dict:
@@ -81,7 +81,7 @@ def call_seeded(fn: Callable, worker_config, sample_idx: int, arg: Any) -> Any:
     from (worker seed, sample index), so a resumed run or `restore_sample` reproduces its randomness."""
     if getattr(fn, "__restore_seeds__", False):
         seq = np.random.SeedSequence([worker_seed(worker_config), int(sample_idx)])
-        seed = int(seq.generate_state(1, np.uint64)[0] & 0x7FFFFFFFFFFFFFFF)
+        seed = int(seq.generate_state(1, np.uint64)[0]) & 0x7FFFFFFFFFFFFFFF
         random.seed(seed)
         np.random.seed(seed & 0xFFFFFFFF)
         torch.manual_seed(seed)
