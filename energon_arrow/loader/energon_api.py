@@ -285,6 +285,20 @@ def _check_loader_worker_config(dataset, worker_config, function: str) -> None:
         )
 
 
+def _make_loader(
+    function: str, fast_cls, pipeline_cls, dataset, worker_config, cache_pool, common, pipeline_only
+):
+    """`pipeline_cls` over an energon wrapper pipeline (loader/wrappers/), else `fast_cls` over our dataset;
+    `common`: the arguments both take, `pipeline_only`: those only the pipeline loader uses."""
+    if is_pipeline(dataset):
+        return pipeline_cls(
+            dataset, worker_config=worker_config, cache_pool=cache_pool, **common, **pipeline_only
+        )
+    _check_loader_worker_config(dataset, worker_config, function)
+    check_pool(cache_pool, function)
+    return fast_cls(dataset, cache_pool=cache_pool, **common)
+
+
 def get_loader(
     dataset: EnergonDataset,
     *,
@@ -297,27 +311,15 @@ def get_loader(
     timeout: float = 0,
 ) -> BasicLoader:
     """A loader over `dataset` (energon's get_loader). `timeout` (ours): seconds a worker may take per batch."""
-    if is_pipeline(dataset):  # energon wrapper pipelines (MapDataset, ...): loader/wrappers/
-        return PipelineLoader(
-            dataset,
-            worker_config=worker_config,
-            prefetch_factor=prefetch_factor,
-            cache_pool=cache_pool,
-            watchdog_timeout_seconds=watchdog_timeout_seconds,
-            watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
-            fail_on_timeout=fail_on_timeout,
-            timeout=timeout,
-        )
-    _check_loader_worker_config(dataset, worker_config, "get_loader")
-    check_pool(cache_pool, "get_loader")
-    return BasicLoader(
-        dataset,
-        cache_pool=cache_pool,
+    common = dict(
         prefetch_factor=prefetch_factor,
         timeout=timeout,
         watchdog_timeout_seconds=watchdog_timeout_seconds,
         watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
         fail_on_timeout=fail_on_timeout,
+    )
+    return _make_loader(
+        "get_loader", BasicLoader, PipelineLoader, dataset, worker_config, cache_pool, common, {}
     )
 
 
@@ -338,29 +340,26 @@ def get_savable_loader(
 ) -> SavableLoader:
     """A loader whose position can be saved and restored (energon's get_savable_loader). The checkpoint and gc
     arguments are accepted with no effect: the state is exact after every batch (docs/migration.md)."""
-    if is_pipeline(dataset):  # energon wrapper pipelines (MapDataset, ...): loader/wrappers/
-        return SavablePipelineLoader(
-            dataset,
-            worker_config=worker_config,
-            checkpoint_every_sec=checkpoint_every_sec,
-            checkpoint_every_min_n_samples=checkpoint_every_min_n_samples,
-            n_checkpoints=n_checkpoints,
-            gc_collect_every_n_steps=gc_collect_every_n_steps,
-            prefetch_factor=prefetch_factor,
-            cache_pool=cache_pool,
-            watchdog_timeout_seconds=watchdog_timeout_seconds,
-            watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
-            fail_on_timeout=fail_on_timeout,
-            timeout=timeout,
-        )
-    _check_loader_worker_config(dataset, worker_config, "get_savable_loader")
-    check_pool(cache_pool, "get_savable_loader")
-    return SavableLoader(
-        dataset,
-        cache_pool=cache_pool,
+    common = dict(
         prefetch_factor=prefetch_factor,
         timeout=timeout,
         watchdog_timeout_seconds=watchdog_timeout_seconds,
         watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
         fail_on_timeout=fail_on_timeout,
+    )
+    pipeline_only = dict(
+        checkpoint_every_sec=checkpoint_every_sec,
+        checkpoint_every_min_n_samples=checkpoint_every_min_n_samples,
+        n_checkpoints=n_checkpoints,
+        gc_collect_every_n_steps=gc_collect_every_n_steps,
+    )
+    return _make_loader(
+        "get_savable_loader",
+        SavableLoader,
+        SavablePipelineLoader,
+        dataset,
+        worker_config,
+        cache_pool,
+        common,
+        pipeline_only,
     )
