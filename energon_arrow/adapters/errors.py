@@ -183,18 +183,22 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
 
 
-def install_s3fs_retry_classifier() -> None:
+def install_s3fs_retry_classifier() -> bool:
     """Make s3fs's own retry loop (active only where an instance has `retries` > 1: `Storage.retrying_fs`) also
     retry the errors energon-arrow classifies as transient; s3fs alone retries only network errors and SlowDown.
-    Chained after any handler already installed; installed once per process."""
+    Chained after any handler already installed; installed once per process. False where this s3fs has no
+    error-handler hook (before 2026.2): the caller then relies on botocore's standard retry mode instead."""
     import s3fs.core
 
+    if not hasattr(s3fs.core, "set_custom_error_handler"):
+        return False
     previous = s3fs.core.CUSTOM_ERROR_HANDLER
     if getattr(previous, "energon_arrow", False):
-        return
+        return True
 
     def handler(exc: BaseException) -> bool:
         return bool(previous(exc)) or isinstance(classify(exc, ""), TransientError)
 
     handler.energon_arrow = True
     s3fs.core.set_custom_error_handler(handler)
+    return True

@@ -180,13 +180,25 @@ def normalise_s3_options(options: Mapping[str, Any], url: str) -> dict[str, Any]
     # fresh metadata: another process may replace a shard between two stats (identity checks depend on it)
     out.setdefault("use_listings_cache", False)
     config = dict(out.get("config_kwargs") or {})
-    config.setdefault("retries", {"total_max_attempts": 1})
+    config.setdefault("retries", dict(_ONE_ATTEMPT))
     out["config_kwargs"] = config
     allowed = _accepted_kwargs(s3fs.S3FileSystem) | _session_kwargs()
     unknown = sorted(set(out) - allowed)
     if unknown:
         raise InvalidStorageOptions(url, f"unknown S3 storage option(s) {unknown}; known: {sorted(allowed)}")
     return out
+
+
+_ONE_ATTEMPT = {"total_max_attempts": 1}
+
+
+def botocore_retries(config_kwargs: Mapping[str, Any] | None, attempts: int) -> dict[str, Any]:
+    """`config_kwargs` with botocore's standard retry mode making `attempts` tries, unless the user chose the
+    retries themselves (anything other than the single attempt `normalise_s3_options` sets by default)."""
+    config = dict(config_kwargs or {})
+    if config.get("retries", _ONE_ATTEMPT) == _ONE_ATTEMPT:
+        config["retries"] = {"mode": "standard", "total_max_attempts": int(attempts)}
+    return config
 
 
 def _session_kwargs() -> set[str]:

@@ -19,10 +19,11 @@ from energon_arrow.adapters.errors import (
     classify,
 )
 from energon_arrow.adapters.fetch import fetch_groups, read_ranges
+from energon_arrow.adapters.msc import MSC_PREFIX, resolve_msc_url
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
 from energon_arrow.adapters.shard_cache import parse_cache_option
 from energon_arrow.adapters.stream import LocalStream, PrefetchReader
-from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url
+from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url, path_text
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class Storage:
     def __init__(
         self, url, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None
     ):
+        url = path_text(url)
+        if url.startswith(MSC_PREFIX):
+            url, storage_options = resolve_msc_url(url, storage_options)
         self._parsed = parse_url(url)
         head = self._parsed.path.lstrip("/").split("/", 1)
         if not self.is_local and "@" in head[0]:  # s3://KEY:SECRET@bucket/...: never echo it back
@@ -139,18 +143,26 @@ class Storage:
         """The fsspec filesystem for callers that go through it themselves (DuckDB, pyarrow datasets, streamed
         multipart uploads), where energon-arrow's retry loop cannot wrap each request. On S3: a second s3fs instance whose own retry loop
         makes up to `retry.attempts` tries of every request, retrying exactly what energon-arrow classifies as
-        transient (5xx, 429, throttling codes, resets, stalls, truncated bodies). Elsewhere: `fs`."""
+        transient (5xx, 429, throttling codes, resets, stalls, truncated bodies). With s3fs before 2026.2 (no
+        error-handler hook) botocore's standard retry mode makes those tries instead: it retries 5xx, throttling
+        codes and connection errors, not a body cut short after its headers. Elsewhere: `fs`."""
         fs = self.fs
         if self.protocol != "s3":
             return fs
         if self._retrying_fs is None:
             from energon_arrow.adapters.errors import install_s3fs_retry_classifier
 
-            install_s3fs_retry_classifier()
             options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
             options.pop("skip_instance_cache", None)
+            s3fs_retries = install_s3fs_retry_classifier()
+            if not s3fs_retries:
+                options["config_kwargs"] = opts.botocore_retries(
+                    options.get("config_kwargs"), self.retry.attempts
+                )
             reader = self._fs_class()(skip_instance_cache=True, **options)
-            reader.retries = self.retry.attempts
+            reader.retries = (
+                self.retry.attempts if s3fs_retries else 1
+            )  # one retry loop, never two multiplied
             self._retrying_fs = reader
         return self._retrying_fs
 

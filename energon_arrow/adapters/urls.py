@@ -25,9 +25,22 @@ class ParsedUrl:
         return f"{self.protocol}://{self.path.lstrip('/')}"
 
 
-def parse_url(url: str | os.PathLike) -> ParsedUrl:
+def path_text(path) -> str:
+    """The URL or local path of `path`: a string, an `os.PathLike`, or a path object carrying its URL in a
+    string `url` attribute (energon's `EPath`, whose `str()` is also that URL)."""
+    if isinstance(path, str):
+        return path
+    if isinstance(path, os.PathLike):
+        return os.fspath(path)
+    url = getattr(path, "url", None)
+    if isinstance(url, str):
+        return url
+    raise TypeError(f"expected a path or URL (str, os.PathLike or EPath), got {type(path).__name__}")
+
+
+def parse_url(url) -> ParsedUrl:
     """Split a URL or local path. Plain paths and file:// are local; others keep their scheme."""
-    text = os.fspath(url)
+    text = path_text(url)
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", text)
     if not m:
         return ParsedUrl("file", os.path.abspath(os.path.expanduser(text)))

@@ -68,6 +68,22 @@ def _duckdb_url(storage: Storage, rel: str) -> str:
     return storage.local_path(rel) if storage.is_local else storage.url_of(rel)
 
 
+def _duckdb_reads(storage: Storage) -> bool:
+    """Whether DuckDB's own Parquet reader can read this storage's files (local, or through the fsspec
+    filesystem registered with it: S3, memory). Others (e.g. msc:// through multi-storage-client, whose fsspec
+    filesystem lacks what DuckDB asks of one) are scanned lazily as pyarrow datasets."""
+    return storage.is_local or storage.protocol in ("s3", "memory")
+
+
+def parquet_dataset(storage: Storage, rel: str):
+    """A lazily scanned pyarrow dataset over one Parquet file of `storage` (reads retry: `retrying_fs`)."""
+    import pyarrow.dataset as pads
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    fs = PyFileSystem(FSSpecHandler(storage.retrying_fs))
+    return pads.dataset(storage.path_of(rel), filesystem=fs, format="parquet")
+
+
 def connect(
     storage: Storage,
     base: dict[str, pa.Table | None],
@@ -76,15 +92,16 @@ def connect(
 ) -> duckdb.DuckDBPyConnection:
     """A locked, read-only connection with every view. `base[name]` None = read `.nv-meta/arrow/{name}.parquet`."""
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
-    reads_files = any(t is None for t in base.values())
+    reads_files = any(t is None for t in base.values()) and _duckdb_reads(storage)
     if reads_files and not storage.is_local:
         con.register_filesystem(storage.retrying_fs)  # DuckDB reads through it: its requests retry there
     for name, table in base.items():
-        if table is None:
-            url = _duckdb_url(storage, f"{SIDE_INDEX_DIR}/{name}.parquet").replace("'", "''")
+        rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
+        if table is None and reads_files:
+            url = _duckdb_url(storage, rel).replace("'", "''")
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{url}')")
         else:
-            con.register(name, table)
+            con.register(name, table if table is not None else parquet_dataset(storage, rel))
     con.register("_split_shards", splits)
     con.register("_exclude_entries", excludes)
     for name, (_, sql) in DERIVED_VIEWS.items():

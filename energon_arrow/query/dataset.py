@@ -119,13 +119,7 @@ class Dataset:
         rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
         if self.storage.is_local:
             return pl.scan_parquet(self.storage.local_path(rel))
-        import pyarrow.dataset as pads
-        from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-        fs = PyFileSystem(FSSpecHandler(self.storage.retrying_fs))
-        return pl.scan_pyarrow_dataset(
-            pads.dataset(self.storage.path_of(rel), filesystem=fs, format="parquet")
-        )
+        return pl.scan_pyarrow_dataset(catalog.parquet_dataset(self.storage, rel))
 
     @property
     def samples(self):

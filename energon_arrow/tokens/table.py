@@ -17,6 +17,12 @@ def _open(ds, storage_options=None) -> IndexedTokens:
     return ds if isinstance(ds, IndexedTokens) else IndexedTokens(ds, storage_options)
 
 
+def _aligned(values, dtype) -> pa.Array:
+    """An Arrow array over `values`; copied only where the memory map leaves them unaligned (the .idx arrays
+    start at byte 34), which Arrow's compute engine warns about and some hardware faults on."""
+    return pa.array(np.require(np.asarray(values, dtype), requirements="A"))
+
+
 def document_table(ds, storage_options=None) -> pa.Table:
     """Per-document lengths and byte extents (int64 columns) of a dataset or prefix."""
     ds = _open(ds, storage_options)
@@ -27,9 +33,9 @@ def document_table(ds, storage_options=None) -> pa.Table:
     return pa.table(
         {
             "document": pa.array(np.arange(first.size, dtype=np.int64)),
-            "first_sequence": pa.array(first),
+            "first_sequence": _aligned(first, np.int64),
             "sequences": pa.array(last - first),
-            "tokens": pa.array(tokens),
+            "tokens": _aligned(tokens, np.int64),
             "byte_offset": pa.array(ptr_ext[first]),
             "byte_length": pa.array(tokens * ds.dtype.itemsize),
         }
@@ -45,11 +51,11 @@ def sequence_table(ds, storage_options=None) -> pa.Table:
     cols = {
         "sequence": pa.array(np.arange(n, dtype=np.int64)),
         "document": pa.array(document),
-        "length": pa.array(np.asarray(ds.sequence_lengths, np.int32)),
-        "pointer": pa.array(np.asarray(ds.sequence_pointers, np.int64)),
+        "length": _aligned(ds.sequence_lengths, np.int32),
+        "pointer": _aligned(ds.sequence_pointers, np.int64),
     }
     if ds.multimodal:
-        cols["mode"] = pa.array(np.asarray(ds.sequence_modes, np.int8))
+        cols["mode"] = _aligned(ds.sequence_modes, np.int8)
     return pa.table(cols)
 
 

@@ -97,3 +97,31 @@ def test_botocore_status_only_errors_are_classified_by_status():
         {"Error": {"Code": "Throttling"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject"
     )
     assert isinstance(classify(denied, "s3://b/k"), AccessDenied)
+
+
+def test_botocore_retries_replace_only_the_default_single_attempt():
+    from energon_arrow.adapters.options import botocore_retries, normalise_s3_options
+
+    default = normalise_s3_options({"anon": True}, "s3://b/k")["config_kwargs"]
+    assert botocore_retries(default, 4)["retries"] == {"mode": "standard", "total_max_attempts": 4}
+    assert botocore_retries(None, 2)["retries"] == {"mode": "standard", "total_max_attempts": 2}
+    mine = {"retries": {"mode": "adaptive", "max_attempts": 9}, "connect_timeout": 3}
+    assert botocore_retries(mine, 4) == mine
+
+
+def test_retrying_fs_has_exactly_one_retry_loop():
+    """s3fs with the error-handler hook retries in its own loop (botocore makes one attempt); an older s3fs
+    gets botocore's standard retry mode instead and a single s3fs attempt: the tries never multiply."""
+    import s3fs.core
+
+    from energon_arrow.adapters import open_storage
+
+    store = open_storage(
+        "s3://bucket/ds", {"endpoint_url": "http://127.0.0.1:9", "anon": True}, retry=RetryPolicy(attempts=4)
+    )
+    reader = store.retrying_fs
+    retries = reader.config_kwargs.get("retries")
+    if hasattr(s3fs.core, "set_custom_error_handler"):
+        assert (reader.retries, retries) == (4, {"total_max_attempts": 1})
+    else:
+        assert (reader.retries, retries) == (1, {"mode": "standard", "total_max_attempts": 4})
