@@ -60,6 +60,8 @@ class Storage:
     def __init__(
         self, url, storage_options: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None
     ):
+        if storage_options is None:  # a path object may carry its options (energon_arrow.epathlib.EPath)
+            storage_options = getattr(url, "storage_options", None)
         url = path_text(url)
         if url.startswith(MSC_PREFIX):
             url, storage_options = resolve_msc_url(url, storage_options)
@@ -418,7 +420,8 @@ class Storage:
         except NotFound:
             return
         if not self.is_local:  # s3fs's bulk delete drops per-key errors: check that nothing is left
-            left = self._call(rel, lambda: self.fs.find(path))
+            found = self._call(rel, lambda: self.fs.find(path, detail=True))
+            left = [k for k, info in found.items() if info.get("type") != "directory"]  # empty folders may stay
             if left:
                 raise StorageError(
                     self.url_of(rel),
