@@ -202,12 +202,15 @@ class AVWebdatasetDecoder:
     def read_av_data(self, data: bytes) -> AVDecoder:
         return AVDecoder(io.BytesIO(bytes(data)))
 
-    def __call__(self, key: str, data: bytes) -> Any:
-        if not is_av_part(key):
-            return None
+    def decode_payload(self, data) -> Any:
+        """A media payload decoded by `av_decode` (whatever its name)."""
         decoder = self.read_av_data(data)
         if self.av_decode == "AVDecoder":
             return decoder
         if self.av_decode == "pyav":
             return open_container(decoder.stream)
         return decoder.get_frames(video_decode_audio=self.video_decode_audio)
+
+    def __call__(self, key: str, data: bytes) -> Any:
+        """The decoded payload of a part named `key` (e.g. "mp4"), None for names that are not media."""
+        return self.decode_payload(data) if is_av_part(key) else None

@@ -79,7 +79,7 @@ def audio_span(
 ) -> tuple[int, int, float, float] | None:
     """The samples of decoded audio frames (start times, durations in seconds, sample counts) that the range
     `start .. end` seconds selects: (first, stop) offsets into the frames' concatenated samples and the clip's
-    (start, end) time; None when the frames end at or before `start`.
+    (start, end) time; None when the audio ends at or before `start`.
 
     The clip starts inside the last frame that begins before `start` (at the nearest sample), or at the first
     frame when none begins before it; it ends inside the first frame that ends at or after `end`, at the nearest
@@ -93,9 +93,9 @@ def audio_span(
         s_idx, first, clip_start = 0, 0, float(times[0])
     else:
         s_idx = j - 1
-        if j == len(times) and start >= times[-1] + durations[-1]:
-            return None
         first = int(offsets[s_idx]) + int((start - times[s_idx]) * sample_rate + 0.5)
+        if j == len(times) and first >= offsets[-1]:
+            return None  # starts where the audio ends (or later)
         first, clip_start = min(first, int(offsets[s_idx + 1])), start
     done = np.flatnonzero(times[s_idx:] + durations[s_idx:] >= end)
     if len(done) == 0:
