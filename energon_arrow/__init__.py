@@ -131,7 +131,10 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(_LOADER_EXPORTS[name]), name)
-    if name in ("bracecollapse", "av"):  # energon's modules (`from megatron.energon import bracecollapse, av`)
+    if name in (
+        "bracecollapse",
+        "av",
+    ):  # energon's modules (`from megatron.energon import bracecollapse, av`)
         import importlib
 
         return importlib.import_module(f"energon_arrow.{name}")

@@ -155,3 +155,15 @@ def test_errors(videos):
     with pytest.raises(ValueError, match="text mode"):
         AVDecoder(io.StringIO("x"))
     assert _decoder(b"not media at all").get_frames() is None
+
+
+def test_wav_matches_soundfile(tmp_path):
+    """An independent WAV reader (libsndfile) gives the same samples, whole and cut at 0.25 .. 0.5 s."""
+    soundfile = pytest.importorskip("soundfile")
+    path = tmp_path / "tone.wav"
+    path.write_bytes(audio_bytes("wav", seconds=0.75, sample_rate=16000, channels=2))
+    reference, rate = soundfile.read(str(path), dtype="int16")
+    with open(path, "rb") as f:  # a file object works as the stream, as in energon
+        (whole, part), _ = AVDecoder(f).get_audio_clips([(0, float("inf")), (0.25, 0.5)])
+    assert rate == 16000 and np.array_equal(whole.numpy(), reference.T)
+    assert np.array_equal(part.numpy(), reference[4000:8000].T)
