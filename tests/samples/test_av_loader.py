@@ -129,3 +129,15 @@ def test_audio_part_decodes_to_its_samples(av_root):
     assert isinstance(guessed, AVDecoder) and guessed.get_audio_samples_per_second() == 8000
     stream = io.BytesIO(wav)
     assert AVDecoder(stream).get_audio().audio_clips[0].shape == (1, 400)
+
+
+def test_deprecated_loader_arguments_select_the_av_mode(av_root):
+    with pytest.warns(DeprecationWarning):
+        batch = first_batch(
+            av_root,
+            av_decode="torch",
+            video_decode_audio=True,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
+    assert isinstance(batch.video, AVData) and len(batch.video.video_clips) == 4
