@@ -19,7 +19,7 @@ from energon_arrow.samples.av.container import (
 )
 from energon_arrow.samples.av.data import AVData, AVMetadata
 from energon_arrow.samples.av.metadata import read_metadata
-from energon_arrow.samples.av.video import video_clips
+from energon_arrow.samples.av.video import FrameTable, scan_frames, video_clips
 
 AVDecoderType = Literal["torch", "AVDecoder", "pyav"]
 AV_MODES = ("torch", "AVDecoder", "pyav")
@@ -40,6 +40,12 @@ class AVDecoder:
             raise ValueError("AVDecoder needs a binary stream, not one opened in text mode")
         self.stream = stream
         self.suppress_warnings = suppress_warnings
+        self._frames: FrameTable | None = None  # the video's packet scan, made once per decoder
+
+    def _frame_table(self, container, stream) -> FrameTable:
+        if self._frames is None:
+            self._frames = scan_frames(container, stream)
+        return self._frames
 
     def __repr__(self) -> str:
         return f"AVDecoder(stream={self.stream!r})"
@@ -66,7 +72,7 @@ class AVDecoder:
         mode = index_mode(media_type(self.stream))
         with open_container(self.stream) as container:
             clips, stamps, converted = video_clips(
-                container, mode, video_clip_ranges, video_unit, video_out_frame_size
+                container, mode, video_clip_ranges, video_unit, video_out_frame_size, self._frame_table
             )
         if converted:
             self._warn_converted(video_unit)
@@ -155,6 +161,7 @@ class AVDecoder:
                 audio=get_audio,
                 audio_duration=get_audio_duration,
                 audio_num_samples=get_audio_num_samples,
+                frame_table=self._frame_table,
             )
 
     def get_video_fps(self) -> float:

@@ -3,6 +3,8 @@ where the header lacks them and the caller asked for them (energon's get_metadat
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from energon_arrow.samples.av.data import AVMetadata
 from energon_arrow.samples.av.video import scan_frames
 
@@ -16,11 +18,13 @@ def _seconds(value: int | None, stream) -> float | None:
     return value * float(stream.time_base) if stream.time_base is not None else value
 
 
-def video_metadata(container, md: AVMetadata, duration: bool, frame_count: bool, frame_size: bool) -> None:
+def video_metadata(
+    container, md: AVMetadata, duration: bool, frame_count: bool, frame_size: bool, frame_table: Callable
+) -> None:
     stream = container.streams.video[0]
     length = stream.duration
     if (duration and length is None) or frame_count:
-        table = scan_frames(container, stream)
+        table = frame_table(container, stream)
         md.video_num_frames = len(table.pts)
         if length is None and duration and len(table.pts):
             length = int((table.pts + table.duration).max())
@@ -71,11 +75,13 @@ def read_metadata(
     audio: bool = True,
     audio_duration: bool = True,
     audio_num_samples: bool = False,
+    frame_table: Callable = scan_frames,
 ) -> AVMetadata:
-    """The metadata of the first video and first audio stream (each when present and asked for)."""
+    """The metadata of the first video and first audio stream (each when present and asked for);
+    `frame_table(container, stream)` gives the video's FrameTable when a packet scan is needed."""
     md = AVMetadata()
     if video and container.streams.video:
-        video_metadata(container, md, video_duration, video_frame_count, video_frame_size)
+        video_metadata(container, md, video_duration, video_frame_count, video_frame_size, frame_table)
     if audio and container.streams.audio:
         audio_metadata(container, md, audio_duration, audio_num_samples)
     return md

@@ -4,8 +4,9 @@ decoded, seeking to the keyframe before each run of them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,7 +76,8 @@ def decode_frames(container, stream, table: FrameTable, positions: np.ndarray, s
 
 def _seek(container, stream, table: FrameTable, key: int, p: int):
     """A frame iterator started at the keyframe `key` (or earlier, when the demuxer's seek lands after it)."""
-    container.seek(int(table.dts[key]), stream=stream, backward=True)
+    # a backward seek to the keyframe's pts lands on it whether the demuxer indexes by pts (mkv) or dts (mp4)
+    container.seek(int(table.pts[key]), stream=stream, backward=True)
     frames = container.decode(stream)
     first = next(frames, None)
     if first is not None and (first.pts is None or first.pts > table.pts[p]):
@@ -96,14 +98,16 @@ def video_clips(
     ranges: Sequence[tuple[float, float]],
     unit: str,
     size: tuple[int, int] | None,
+    frame_table: Callable[[Any, Any], FrameTable] = scan_frames,
 ) -> tuple[list[torch.Tensor], list[tuple[float, float]], bool]:
     """(clips, timestamps, converted) for `ranges` of the first video stream; ranges that select no frame are
-    left out (as energon does). `converted`: the ranges were given in the unit the container is not indexed by."""
+    left out (as energon does). `converted`: the ranges were given in the unit the container is not indexed by.
+    `frame_table(container, stream)` gives the stream's FrameTable (a scan, or a cached one)."""
     if not container.streams.video:
         raise ValueError("the media has no video stream, but video clips were requested")
     stream = container.streams.video[0]
     by, starts, stops, converted = native_ranges(ranges, unit, mode, stream.time_base, stream.average_rate)
-    table = scan_frames(container, stream)
+    table = frame_table(container, stream)
     n = len(table.pts)
     if n == 0:
         return [], [], converted
