@@ -178,3 +178,16 @@ def test_loaded_video_dataset_equals_energon(video_root):
     assert sorted(ref) == sorted(ours) and len(ours) == 6
     for key in ref:
         assert _same(ref[key], ours[key]), key
+
+
+def test_public_names_match_energon():
+    assert set(ref_av.__all__) <= set(ours_av.__all__)
+    for cls in ("AVDecoder", "AVWebdatasetDecoder"):
+        ref_methods = {n for n in dir(getattr(ref_av, cls)) if not n.startswith("_")}
+        assert ref_methods <= set(dir(getattr(ours_av, cls))), cls
+    from megatron.energon.media import AVMetadata
+
+    assert [f.name for f in dataclasses.fields(AVMetadata)] == [
+        f.name for f in dataclasses.fields(ours_av.AVMetadata)
+    ]
+    assert ea.av is ours_av
