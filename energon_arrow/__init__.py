@@ -131,10 +131,13 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(_LOADER_EXPORTS[name]), name)
-    if name == "bracecollapse":  # energon's helper module (`from megatron.energon import bracecollapse`)
+    if name in (
+        "bracecollapse",
+        "av",
+    ):  # energon's modules (`from megatron.energon import bracecollapse, av`)
         import importlib
 
-        return importlib.import_module("energon_arrow.bracecollapse")
+        return importlib.import_module(f"energon_arrow.{name}")
     # lazy: importing the package stays cheap; the query layer (DuckDB, pyarrow) loads on first use
     if name == "open_dataset":
         from energon_arrow.query import open_dataset

@@ -5,7 +5,9 @@ Order of the rules for a part named e.g. `seg.txt` (extension = text after the l
 1. `.gz`: the payload is gunzipped and decoded by the rest of the name (`txt.gz` -> as `txt`);
 2. `handlers` given to PartDecoder, by lower-cased extension (our extension point);
 3. images (jpg, png, webp, ... any case) -> `image_decode` (see samples/images.py);
-4. video / audio (mp4, avi, mov, webm, mkv, flac, mp3, wav, flv) -> `av_decode` (needs PyAV);
+4. video / audio (mp4, avi, mov, webm, mkv, flac, mp3, wav, flv) -> `av_decode` (samples/av; needs PyAV, the
+   `av` extra): an AVDecoder, a PyAV container, or decoded AVData ("torch": types energon does not decode whole
+   fall through to rule 5);
 5. txt/text/transcript, cls/cls2/index/inx/id, json/jsn, npy, npz, pkl/pickle/pyd, pth, ten/tb, mp/msg, cbor
    (case-sensitive, as in energon) -> see samples/payloads.py;
 6. anything else stays bytes.
@@ -17,42 +19,31 @@ from __future__ import annotations
 
 import functools
 import gzip
-import io
 import re
 from collections.abc import Callable
 from typing import Any
 
+from energon_arrow.samples.av.decoder import AV_MODES, AVWebdatasetDecoder, is_av_part
 from energon_arrow.samples.image_decode_into import ImageOptions, image_options
 from energon_arrow.samples.images import IMAGE_EXTENSIONS, ImageSpec, check_image_mode, decode_image
 from energon_arrow.samples.payloads import BASIC_DECODERS
-
-AV_EXTENSIONS = ("mp4", "avi", "mov", "webm", "mkv", "flac", "mp3", "wav", "flv")
-AV_MODES = ("torch", "AVDecoder", "pyav")
 
 # energon's split of a member file name into the sample key and the part name
 _FILE_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 
 
-def _is_av(name: str) -> bool:
-    name = name.lower()
-    return any(name == ext or name.endswith("." + ext) for ext in AV_EXTENSIONS)
-
-
 def decode_av(data, av_decode: str, video_decode_audio: bool) -> Any:
-    """A video / audio payload: `av_decode="pyav"` gives a PyAV input container."""
-    try:
-        import av
-    except ImportError:
-        raise ImportError(
-            "decoding a video/audio part needs PyAV (pip install av); or give the task encoder a decoder with "
-            "handlers for this extension, or decoder=None for raw bytes"
-        ) from None
-    if av_decode == "pyav":
-        return av.open(io.BytesIO(bytes(data)))
-    raise ValueError(
-        f"av_decode={av_decode!r} (energon's AVDecoder / decoded frames) is not available in energon-arrow; "
-        "use SampleDecoder(av_decode='pyav') for a PyAV container (see docs/migration.md)"
-    )
+    """A video / audio payload by `av_decode` (see samples/av): "AVDecoder" -> an AVDecoder (decoded on request),
+    "pyav" -> a PyAV input container, "torch" -> the decoded AVData, or None when the payload's detected type is
+    not one energon decodes whole (the part then falls through to the basic decoders, as in energon)."""
+    return AVWebdatasetDecoder(video_decode_audio, av_decode).decode_payload(data)
+
+
+def _or_else(fn: Callable, fallback: Callable | None, data) -> Any:
+    out = fn(data)
+    if out is None:
+        return bytes(data) if fallback is None else fallback(data)
+    return out
 
 
 class ImageDecode:
@@ -155,13 +146,16 @@ class PartDecoder:
             cfg.update(image_normalize=opts.normalize)
         return cfg
 
-    def _media(self, name: str) -> Callable | None:
+    def _media(self, name: str, basic: Callable | None) -> Callable | None:
+        """The image or video / audio decoder for a part name (media parts that torch-mode AV decoding leaves
+        undecoded fall through to `basic`)."""
         if name.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS:
             return ImageDecode(self.image_spec, self.image_options)
-        if _is_av(name):
-            return functools.partial(
+        if is_av_part(name):
+            av = functools.partial(
                 decode_av, av_decode=self.av_decode, video_decode_audio=self.video_decode_audio
             )
+            return functools.partial(_or_else, av, basic) if self.av_decode == "torch" else av
         return None
 
     def _guessing(self, part: str, basic: Callable | None, data) -> Any:
@@ -169,7 +163,7 @@ class PartDecoder:
         import filetype
 
         kind = filetype.guess(bytes(data[:8192]))
-        fn = self._media(kind.extension if kind is not None else part) or basic
+        fn = self._media(kind.extension if kind is not None else part, basic) or basic
         return bytes(data) if fn is None else fn(data)
 
     def handler(self, part: str) -> Callable | None:
@@ -184,7 +178,7 @@ class PartDecoder:
         basic = BASIC_DECODERS.get(ext)
         if self.guess_content:
             return functools.partial(self._guessing, part, basic)
-        return self._media(part) or basic
+        return self._media(part, basic) or basic
 
     def decode_part(self, part: str, data, seed: int | None = None) -> Any:
         """One payload of the part named `part` (e.g. "jpg", "seg.txt") decoded; `seed` draws an image's random
