@@ -25,6 +25,7 @@ from energon_arrow.loader.members import split_sample
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.batch import generic_batch
 from energon_arrow.samples.decoders import ImageDecode
+from energon_arrow.samples.jpeg_bytes import pack_images
 
 
 class _Fallback(Exception):
@@ -76,7 +77,10 @@ def columnar_batch(
             try:
                 if isinstance(fn, ImageDecode) and fn.spec.kind == "torch":
                     payloads = [v[o : o + s] for v, o, s in zip(views, offs.tolist(), sizes.tolist())]
-                    fields[name] = image_column(payloads, fn, seeds, slots, name, device_normalize)
+                    if slots.board is not None and slots.board.device_decode:  # decoded by the main process
+                        fields[name] = pack_images(payloads, slots, name, ref.part)
+                    else:
+                        fields[name] = image_column(payloads, fn, seeds, slots, name, device_normalize)
                     continue
                 if fn is None:
                     cache[ref.part] = [

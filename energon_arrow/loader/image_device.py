@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.image_slots import SlotBoard
 from energon_arrow.loader.transfer import cuda_target
 from energon_arrow.samples.decoders import ImageDecode
@@ -38,10 +39,16 @@ def device_normalizes(dataset, device) -> bool:
 def image_board(dataset, num_workers: int, prefetch_factor: int, device) -> SlotBoard | None:
     """The slot board for a loader of `dataset` (None when it decodes no image field into slots): enough slots
     per worker for the batches in flight (prefetch), the one the user holds and the one being released."""
+    device_decode = getattr(dataset.decoder, "image_device_decode", False)
     if not image_fields(dataset):
+        if device_decode:
+            raise LoaderError(
+                "image_device_decode=True needs torch-mode image fields that the loader decodes a batch at a time "
+                "(a field-mapped dataset with the default task encoder hooks); this dataset has none"
+            )
         return None
     slots = (prefetch_factor if num_workers else 0) + 3
-    return SlotBoard(max(1, num_workers), slots, device_normalizes(dataset, device))
+    return SlotBoard(max(1, num_workers), slots, device_normalizes(dataset, device), device_decode)
 
 
 def device_images(batches: Iterable[Any], dataset, device) -> Iterable[Any]:

@@ -40,13 +40,15 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 class SlotBoard:
     """Created by the main process before the workers start (so they share `released`); tracks what it handed
-    out. `device_normalize`: image normalisation is left to the main process (after the copy to the GPU)."""
+    out. `device_normalize`: image normalisation is left to the main process (after the copy to the GPU).
+    `device_decode`: the workers ship compressed images, the main process decodes them (image_gpu_decode.py)."""
 
-    def __init__(self, workers: int, slots: int, device_normalize: bool = False):
+    def __init__(self, workers: int, slots: int, device_normalize: bool = False, device_decode: bool = False):
         if workers < 1 or slots < 1:
             raise ValueError(f"a slot board needs workers >= 1 and slots >= 1, got {workers}, {slots}")
         self.slots = slots
         self.device_normalize = device_normalize
+        self.device_decode = device_decode
         self.released = torch.full((workers, slots), -1, dtype=torch.int64).share_memory_()
         self._held: dict[tuple[int, int], list] = {}  # (worker, slot) -> [use, storage, released]
 

@@ -18,6 +18,7 @@ import torch
 from energon_arrow.loader.dataset import BatchDataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.image_device import device_images, image_board
+from energon_arrow.loader.image_gpu_decode import device_decoded, device_decoder
 from energon_arrow.loader.transfer import iter_to_device
 
 STATE_VERSION = 1
@@ -45,7 +46,8 @@ class Loader:
         self.device = device
         self.timeout = timeout
         self.next_batch = 0
-        self.skipped = 0
+        self.skipped = 0  # samples skipped (skip_errors): by the workers + by the image decode stage
+        self._worker_skipped = self._decode_skipped = 0
         self._iterating = False
 
     def __len__(self) -> int:
@@ -95,7 +97,8 @@ class Loader:
                     board.hold(batch, leases)
                 expected = b + 1
                 self.next_batch = b + 1
-                self.skipped = max(self.skipped, skipped)
+                self._worker_skipped = max(self._worker_skipped, skipped)
+                self.skipped = self._worker_skipped + self._decode_skipped
                 yield batch
         finally:
             self.dataset.image_slots = None  # the slots' memory goes with the last batches the user holds
@@ -107,8 +110,15 @@ class Loader:
         if self._iterating:
             raise LoaderError("this loader is already being iterated")
         self._iterating = True
+        decoder = device_decoder(self.dataset, self.device)  # image_device_decode=True: images decoded here
+        base = self._decode_skipped
         try:
-            yield from device_images(iter_to_device(self._batches(), self.device), self.dataset, self.device)
+            batches = device_decoded(iter_to_device(self._batches(), self.device), decoder)
+            for batch in device_images(batches, self.dataset, self.device):
+                if decoder is not None:
+                    self._decode_skipped = base + decoder.skipped
+                    self.skipped = self._worker_skipped + self._decode_skipped
+                yield batch
         finally:
             self._iterating = False
 

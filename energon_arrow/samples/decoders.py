@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from energon_arrow.samples import jpeg_bytes
 from energon_arrow.samples.av.decoder import AV_MODES, AVWebdatasetDecoder, is_av_part
 from energon_arrow.samples.image_decode_into import ImageOptions, image_options
 from energon_arrow.samples.images import IMAGE_EXTENSIONS, ImageSpec, check_image_mode, decode_image
@@ -72,6 +73,18 @@ def _image_options(spec: ImageSpec, mode: str, size, crop, layout, normalize) ->
     return options
 
 
+def _check_device_decode(spec: ImageSpec, mode: str, options: ImageOptions) -> None:
+    """image_device_decode=True: torch modes without a target size, and torchvision present."""
+    if spec.kind != "torch":
+        raise ValueError(f"image_device_decode=True decodes into torch batch tensors, not {mode!r} images")
+    if options.size is not None:
+        raise ValueError(
+            "image_device_decode=True with image_size is not implemented (resizing on the device would give other "
+            "pixels than Pillow's); use image_size with the workers' decoding"
+        )
+    jpeg_bytes.batched_jpeg_decoder()
+
+
 def _gunzip_then(inner: Callable | None, data) -> Any:
     plain = gzip.decompress(bytes(data))
     return plain if inner is None else inner(plain)
@@ -88,7 +101,9 @@ class PartDecoder:
     CHW RGB in [0, 1]). `handlers`: {extension: fn(payload) -> value}, tried before the built-in rules.
     `av_decode`, `video_decode_audio`, `guess_content`: as energon's SampleDecoder.
     Our image extras (see docs/loader.md): `image_size` (int or (h, w)) with `image_crop` ("center" or "random"),
-    `image_layout` ("CHW" or "HWC", torch modes) and `image_normalize` ((mean, std): float output).
+    `image_layout` ("CHW" or "HWC", torch modes) and `image_normalize` ((mean, std): float output);
+    `image_device_decode`: a `Loader`'s workers ship the compressed images and the training process decodes them
+    in batches on its device (torchvision, nvjpeg on CUDA; loader/image_gpu_decode.py).
     """
 
     def __init__(
@@ -104,11 +119,15 @@ class PartDecoder:
         image_crop: str = "center",
         image_layout: str = "CHW",
         image_normalize: tuple | None = None,
+        image_device_decode: bool = False,
     ):
         self.image_spec = check_image_mode(image_decode)
         self.image_options = _image_options(
             self.image_spec, image_decode, image_size, image_crop, image_layout, image_normalize
         )
+        if image_device_decode:
+            _check_device_decode(self.image_spec, image_decode, self.image_options)
+        self.image_device_decode = bool(image_device_decode)
         if av_decode not in AV_MODES:
             raise ValueError(f"av_decode must be one of {AV_MODES}, got {av_decode!r}")
         if guess_content:
@@ -144,6 +163,8 @@ class PartDecoder:
         if not opts.is_default:
             cfg.update(image_size=opts.size, image_crop=opts.crop, image_layout=opts.layout)
             cfg.update(image_normalize=opts.normalize)
+        if self.image_device_decode:
+            cfg["image_device_decode"] = True
         return cfg
 
     def _media(self, name: str, basic: Callable | None) -> Callable | None:
@@ -218,7 +239,7 @@ class PartDecoder:
 
 class SampleDecoder(PartDecoder):
     """energon's SampleDecoder: the default part decoding with energon's keyword-only options (plus our image
-    extras `image_size`, `image_crop`, `image_layout`, `image_normalize`)."""
+    extras `image_size`, `image_crop`, `image_layout`, `image_normalize`, `image_device_decode`)."""
 
     def __init__(
         self,
@@ -231,6 +252,7 @@ class SampleDecoder(PartDecoder):
         image_crop: str = "center",
         image_layout: str = "CHW",
         image_normalize: tuple | None = None,
+        image_device_decode: bool = False,
     ):
         super().__init__(
             image_decode=image_decode,
@@ -241,4 +263,5 @@ class SampleDecoder(PartDecoder):
             image_crop=image_crop,
             image_layout=image_layout,
             image_normalize=image_normalize,
+            image_device_decode=image_device_decode,
         )
