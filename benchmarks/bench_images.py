@@ -7,7 +7,10 @@ Data (generated with Pillow, prepared with `energon prepare` once under `$EA_BEN
 - our uint8 mode (`SampleDecoder(image_decode="torchrgb8")`) vs the decode limit;
 - a target size of 224 on the varied set (`SampleDecoder(image_size=224)`, float CHW) vs energon running the
   same resize + center crop in `encode_sample` on PIL images;
-- the decode limit: workers x one core's Pillow decode rate (open + load + RGB) on the same files.
+- the decode limit: workers x one core's Pillow decode rate (open + load + RGB) on the same files;
+- with CUDA, the GPU section (benchmarks/bench_images_gpu.py: nvjpeg decode of the compressed bytes, the loader
+  with `image_device_decode=True`, host-to-device of uint8 batches vs a plain pinned copy_); else it prints
+  "not measured: no GPU".
 --quick shrinks the datasets (sanity runs only). The medians are also drawn as bars next to the decode limit in
 benchmarks/results/images.svg (for docs/benchmarks.md).
 """
@@ -19,6 +22,7 @@ import os
 import tarfile
 import time
 
+from benchmarks.bench_images_gpu import gpu_comparisons
 from benchmarks.harness import RESULTS_DIR, Comparison, alternate
 
 BATCH, WORKERS, TARGET = 32, 2, 224
@@ -217,6 +221,7 @@ def run(args) -> list[Comparison]:
         (f"energon-arrow target size {TARGET}, varied set", size_row.ours_median),
         (f"energon 7.4.1 resize {TARGET} in encode_sample", size_row.reference_median),
     ]
+    out += gpu_comparisons(fixed, payloads, lambda: _decode_limit(payloads), BATCH, WORKERS, repeats)
     os.makedirs(RESULTS_DIR, exist_ok=True)
     _svg(
         bars,
