@@ -22,8 +22,8 @@ from energon_arrow.samples import jpeg_bytes
 from energon_arrow.samples.jpeg_bytes import CompressedImages, jpeg_components
 from energon_arrow.testing.images import jpeg_bytes as make_jpeg
 from energon_arrow.testing.images import write_image_webdataset
-from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import tar_of_samples, write_shards
+from tests.loader.conftest import prepare
 
 
 class PillowDecodeJpeg:
@@ -61,7 +61,7 @@ def standin(monkeypatch) -> PillowDecodeJpeg:
 def varied_root(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("gpu-varied") / "ds")
     write_image_webdataset(root, shards=2, samples_per_shard=12, size=(24, 72), varied=True, seed=5)
-    energon_prepare(root, split_ratio="1,0,0")
+    prepare(root, split_ratio="1,0,0")
     return root
 
 
@@ -102,7 +102,7 @@ def mixed_root(tmp_path_factory) -> str:
         )
 
     write_shards(root, 2, shard)
-    energon_prepare(root, split_ratio="1,0,0")
+    prepare(root, split_ratio="1,0,0")
     return root
 
 
