@@ -176,6 +176,16 @@ def test_workers_ship_compressed_bytes_only(varied_root, standin):
     assert standin.calls == []
 
 
+def test_byte_buffers_live_in_recycled_slots(varied_root, standin):
+    """The shipped buffers are batch slots: once decoded (and so dropped), a worker reuses them."""
+    loader = Loader(_val(varied_root, batch_size=1, image_device_decode=True), num_workers=1, device="cpu")
+    storages = set()
+    for batch in loader._batches():
+        storages.add(batch.image.untyped_storage().data_ptr())
+        del batch
+    assert len(storages) <= 2 + 3  # prefetch_factor + 3 slots for the one worker, 24 batches
+
+
 def test_mixed_batch_falls_back_per_image(mixed_root, standin):
     """PNG, CMYK and corrupt payloads in a batch of JPEGs: the JPEGs are batched, the others decoded with Pillow;
     the corrupt one follows the error policy - skipped and counted, exactly like the workers' decode."""
