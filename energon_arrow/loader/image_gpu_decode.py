@@ -27,7 +27,7 @@ from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded
 from energon_arrow.loader.image_device import image_fields
 from energon_arrow.loader.transfer import cuda_target
 from energon_arrow.samples import jpeg_bytes
-from energon_arrow.samples.image_decode_into import ImageOptions
+from energon_arrow.samples.image_decode_into import ImageOptions, pixel_shape
 from energon_arrow.samples.images import ImageSpec, decode_image
 from energon_arrow.samples.jpeg_bytes import CompressedImages
 
@@ -120,11 +120,7 @@ def batch_tensor(images: list, channels: int, layout: str, as_float: bool, affin
     height, width = sizes.max(axis=0).tolist()
     padded = bool((sizes != (height, width)).any())
     chw = channels > 1 and layout == "CHW"
-    shape = (
-        (height, width)
-        if channels == 1
-        else ((channels, height, width) if chw else (height, width, channels))
-    )
+    shape = pixel_shape(height, width, channels, layout)
     u8 = (torch.zeros if padded else torch.empty)((len(images), *shape), dtype=torch.uint8, device=device)
     for i, img in enumerate(images):
         if img is not None:
