@@ -1,6 +1,8 @@
 """`Loader`: iterates a `BatchDataset` through torch DataLoader workers, keeps an exact, plain resume state, and
 hands batches to the GPU through the pinned transfer stage when CUDA is available (`device=None`: the current CUDA
-device if any, else batches stay on the host; `device="cpu"` keeps them on the host).
+device if any, else batches stay on the host; `device="cpu"` keeps them on the host). With a decoder's
+`image_device_decode=True` the workers ship compressed images and the batches' images are decoded here, on that
+device (image_gpu_decode.py).
 
 State: `{"version", "next_batch", "settings": {...}}` - JSON-able, no sample data. The batch sequence depends only
 on the settings (seed, global batch size, ...), so a state saved with W ranks x K workers resumes exactly with any
