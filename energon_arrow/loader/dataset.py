@@ -130,7 +130,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
             (s.builder or SampleBuilder)(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code)
             for s in sources
         ]
-        self.layouts = [BlockLayout(src.shard_id, settings.block_size) for src in sources]
+        self.layouts = [BlockLayout.from_runs(*src.shard_runs(), settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)
         self.start_batch = 0
         self.image_slots: SlotBoard | None = None  # set by the Loader before its workers start

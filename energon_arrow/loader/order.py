@@ -44,16 +44,28 @@ class BlockLayout:
     `block_size` rows inside a shard). Computed once, before DataLoader workers fork."""
 
     def __init__(self, shard_ids: np.ndarray, block_size: int):
+        shard_ids = np.asarray(shard_ids)
+        n = len(shard_ids)
+        runs = np.flatnonzero(np.r_[True, shard_ids[1:] != shard_ids[:-1]]) if n else np.zeros(0, np.int64)
+        self._cut(runs, np.diff(np.r_[runs, n]), n, block_size)
+
+    @classmethod
+    def from_runs(cls, run_starts: np.ndarray, run_lengths: np.ndarray, block_size: int) -> BlockLayout:
+        """The layout of a table given only its runs of one shard (start row, length): O(runs), no table."""
+        self = cls.__new__(cls)
+        run_starts = np.asarray(run_starts, np.int64)
+        run_lengths = np.asarray(run_lengths, np.int64)
+        self._cut(run_starts, run_lengths, int(run_lengths.sum()), block_size)
+        return self
+
+    def _cut(self, runs: np.ndarray, lengths: np.ndarray, n: int, block_size: int) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
-        n = len(shard_ids)
         self.n = n
         if n == 0:
             self.starts = np.zeros(0, np.int64)
             self.sizes = np.zeros(0, np.int64)
             return
-        runs = np.flatnonzero(np.r_[True, shard_ids[1:] != shard_ids[:-1]])
-        lengths = np.diff(np.r_[runs, n])
         per_run = -(-lengths // block_size)
         first = np.repeat(runs, per_run)
         k = np.arange(per_run.sum()) - np.repeat(np.cumsum(per_run) - per_run, per_run)
