@@ -183,6 +183,8 @@ def split_row_map(index: RowIndex, shard_ids: np.ndarray, excluded: dict[int, li
     f = np.concatenate(first) if first else np.zeros(0, np.int64)
     c = np.concatenate(count) if count else np.zeros(0, np.int64)
     s = np.concatenate(shard) if shard else np.zeros(0, np.int64)
+    keep = c > 0  # empty runs: an excluded sample at a shard's start or end, an empty shard
+    f, c, s = f[keep], c[keep], s[keep]
     return RowMap(np.r_[0, np.cumsum(c)].astype(np.int64), f.astype(np.int64), s)
 
 
