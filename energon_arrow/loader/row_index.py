@@ -55,7 +55,9 @@ class RowIndex:
     def keys(self) -> pa.LargeStringArray:
         """Every sample key, zero-copy over the mapped files."""
         n = len(self)
-        return pa.LargeStringArray.from_buffers(n, pa.py_buffer(self.key_offsets), pa.py_buffer(self.key_data))
+        return pa.LargeStringArray.from_buffers(
+            n, pa.py_buffer(self.key_offsets), pa.py_buffer(self.key_data)
+        )
 
     def maps(self) -> list[np.ndarray]:
         """The memory-mapped arrays (release_pages drops their resident pages)."""
@@ -64,7 +66,9 @@ class RowIndex:
 
 def default_cache_dir() -> str:
     """$ENERGON_ARROW_CACHE/rows, else ~/.cache/energon-arrow/rows."""
-    root = os.environ.get("ENERGON_ARROW_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "energon-arrow")
+    root = os.environ.get("ENERGON_ARROW_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "energon-arrow"
+    )
     return os.path.join(root, "rows")
 
 
@@ -74,7 +78,11 @@ def side_identity(storage: Storage, in_memory: bool) -> list[str]:
     from energon_arrow.index.from_sqlite import SQLITE_REL
     from energon_arrow.meta.uuid_file import read_index_uuid
 
-    rels = [SQLITE_REL] if in_memory else [f"{SIDE_INDEX_DIR}/{n}.parquet" for n in ("shards", "samples", "parts")]
+    rels = (
+        [SQLITE_REL]
+        if in_memory
+        else [f"{SIDE_INDEX_DIR}/{n}.parquet" for n in ("shards", "samples", "parts")]
+    )
     return [f"{rel}={storage.stat(rel).identity}" for rel in rels] + [f"uuid={read_index_uuid(storage)}"]
 
 
@@ -169,7 +177,9 @@ def _batches(storage: Storage, tables: dict[str, pa.Table], name: str, columns: 
         raise LoaderError(f"{storage.url_of(rel)}: unreadable side index ({exc})") from None
 
 
-def _global_rows(starts: np.ndarray, shard_id: np.ndarray, sample_index: np.ndarray, where: str) -> np.ndarray:
+def _global_rows(
+    starts: np.ndarray, shard_id: np.ndarray, sample_index: np.ndarray, where: str
+) -> np.ndarray:
     if len(shard_id) and (shard_id.min() < 0 or shard_id.max() >= len(starts) - 1):
         raise LoaderError(f"{where}: shard_id out of range 0..{len(starts) - 2}")
     rows = starts[shard_id] + sample_index
@@ -183,7 +193,9 @@ def _global_rows(starts: np.ndarray, shard_id: np.ndarray, sample_index: np.ndar
     return rows
 
 
-def build_row_index(storage: Storage, counts: np.ndarray, tables: dict, folder: str, identity: list[str]) -> None:
+def build_row_index(
+    storage: Storage, counts: np.ndarray, tables: dict, folder: str, identity: list[str]
+) -> None:
     """Write the row index into `folder` atomically (a private temporary folder renamed into place)."""
     from energon_arrow.adapters.publish import private_mkdtemp
 
@@ -222,7 +234,10 @@ def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identit
         for batch in _batches(storage, tables, "samples", cols):
             m = batch.num_rows
             g = _global_rows(
-                starts, batch["shard_id"].to_numpy().astype(np.int64), batch["sample_index"].to_numpy(), samples_where
+                starts,
+                batch["shard_id"].to_numpy().astype(np.int64),
+                batch["sample_index"].to_numpy(),
+                samples_where,
             )
             if not np.array_equal(g, np.arange(done, done + m)):
                 i = int(np.argmax(g != np.arange(done, done + m)))
@@ -243,7 +258,13 @@ def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identit
     names = _write_parts(storage, tables, tmp, starts, rows)
     for arr in (rows, key_offsets):
         arr.flush()
-    manifest = {"version": ROW_INDEX_VERSION, "rows": n, "shards": len(counts), "parts": names, "source": identity}
+    manifest = {
+        "version": ROW_INDEX_VERSION,
+        "rows": n,
+        "shards": len(counts),
+        "parts": names,
+        "source": identity,
+    }
     with open(os.path.join(tmp, "manifest.json"), "w") as f:
         json.dump(manifest, f)
 

@@ -120,7 +120,9 @@ def test_block_layout_from_runs_equals_layout_of_the_column():
 
 
 def test_row_map_slices_and_maps_rows():
-    rm = RowMap(np.array([0, 3, 3, 7, 12]), np.array([100, 50, 10, 60]), np.array([4, 2, 2, 2]))  # adjacent runs of shard 2 merge
+    rm = RowMap(
+        np.array([0, 3, 3, 7, 12]), np.array([100, 50, 10, 60]), np.array([4, 2, 2, 2])
+    )  # adjacent runs of shard 2 merge
     rows = np.r_[100:103, 10:14, 60:65]
     assert np.array_equal(rm.dataset_rows(np.arange(12))[0], rows)
     sub = rm.slice(2, 9)
