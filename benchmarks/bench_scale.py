@@ -1,11 +1,12 @@
 """Scaling curves (issue 16): prepare time, open + first batch, steady samples/s and peak RSS against dataset size,
 energon-arrow and megatron-energon 7.4.1 side by side.
 
-Datasets: one real template shard of 1,000 samples (jpg 64 B / txt / json) hard-linked as every shard, so sizes
-of 64k, 640k and 6.4M samples cost their index only; both tools prepare them for real (`energon-arrow prepare`,
-`energon prepare`). 100M samples (10,000 per shard) are index-only: the Parquet side index is tiled from the
-template (testing/scale_dataset.py) and "prepare" there is the loader's row-index build alone; energon cannot
-open it (no index.sqlite). `--quick`: 64k and 640k only.
+Datasets: 64k and 640k samples are real synthetic shards of 1,000 samples (jpg 16 B / txt / json), prepared by
+both tools (`energon-arrow prepare`, `energon prepare`; energon's copy hard-links the same shards). 6.4M and 100M
+(10,000 per shard) are index-only for energon-arrow: one real template shard hard-linked as every shard and the
+Parquet side index tiled from it (testing/scale_dataset.py; energon-arrow's prepare refuses keys repeated across
+shards), so "prepare" there is the loader's row-index build alone; energon prepares the linked shards for real at
+6.4M (it accepts repeated keys) and is not run at 100M. `--quick`: 64k and 640k only.
 
 Each measurement runs in a fresh process: imports first (reported apart), then `get_train_dataset` +
 `get_loader` (2 workers, batch 32, raw bytes, shuffle buffer 100, 100 samples per sequence) until the first batch
@@ -31,7 +32,9 @@ import time
 from benchmarks.harness import RESULTS_DIR, Comparison
 
 SIZES = {"64k": (64, 1000), "640k": (640, 1000), "6.4M": (6400, 1000), "100M": (10_000, 10_000)}
-INDEX_ONLY = {"100M"}
+INDEX_ONLY = {"6.4M", "100M"}  # energon-arrow: tiled side index, "prepare" = the row-index build
+ENERGON_INDEX_ONLY = {"6.4M"}  # energon prepares the template shard linked as every shard
+IMAGE_BYTES = 16
 BATCH, WORKERS, STEADY_BATCHES = 32, 2, 100
 IMG_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "img")
 
@@ -42,6 +45,8 @@ tool, root = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 if tool == "ours":
     import energon_arrow as api
+    import energon_arrow.loader.dataset, energon_arrow.loader.energon_api, energon_arrow.loader.loader  # noqa
+    import energon_arrow.loader.source, energon_arrow.query  # noqa: F401  (imported lazily by the first open)
 else:
     from megatron import energon as api
 import pandas, pyarrow.compute, torch  # noqa: F401  (import costs reported apart from the open)
@@ -122,19 +127,29 @@ def _timed_cli(cmd: list[str], timeout: float) -> float | None:
 
 
 def _datasets(base: str, size: str) -> tuple[str, str | None]:
-    """(energon-arrow's copy, energon's copy or None): the same linked shards, each tool's own .nv-meta."""
+    """(energon-arrow's dataset, energon's or None). Real sizes: distinct synthetic shards (energon-arrow's
+    prepare wants dataset-unique keys), hard-linked into energon's copy (its own .nv-meta). Index-only sizes:
+    the tiled side index for energon-arrow; for energon (6.4M only) the template shard linked as every shard."""
     from energon_arrow.testing.scale_dataset import link_shards, write_scale_dataset
+    from energon_arrow.testing.synthetic import write_webdataset
 
     shards, per_shard = SIZES[size]
-    ours = os.path.join(base, f"{size}-ours")
+    ours, theirs = os.path.join(base, f"{size}-ours"), os.path.join(base, f"{size}-energon")
     if size in INDEX_ONLY:
         if not os.path.isdir(ours):
-            write_scale_dataset(ours, shards, per_shard)
+            write_scale_dataset(ours, shards, per_shard, image_bytes=IMAGE_BYTES)
+        if size in ENERGON_INDEX_ONLY:
+            if not os.path.isdir(theirs):
+                link_shards(theirs, shards, per_shard, image_bytes=IMAGE_BYTES)
+            return ours, theirs
         return ours, None
-    theirs = os.path.join(base, f"{size}-energon")
-    for root in (ours, theirs):
-        if not os.path.isdir(os.path.join(root, "shards")):
-            link_shards(root, shards, per_shard)
+    if not os.path.isdir(os.path.join(ours, "shards")):
+        write_webdataset(ours, shards=shards, samples_per_shard=per_shard, image_bytes=IMAGE_BYTES)
+    os.makedirs(os.path.join(theirs, "shards"), exist_ok=True)
+    for name in os.listdir(os.path.join(ours, "shards")):
+        dst = os.path.join(theirs, "shards", name)
+        if name.endswith(".tar") and not os.path.exists(dst):
+            os.link(os.path.join(ours, "shards", name), dst)
     return ours, theirs
 
 
@@ -218,8 +233,10 @@ _METRICS = [
     ("prepare_s", "prepare", "s"),
     ("open_first_s", "open + first batch", "s"),
     ("steady_sps", "steady", "samples/s"),
-    ("main_peak_mib", "peak RSS main process", "s"),
-    ("worker_peak_mib", "peak RSS per worker", "s"),
+    ("main_peak_mib", "peak RSS main process", "MiB"),
+    ("main_growth_mib", "RSS growth of the main process over its after-import baseline", "MiB"),
+    ("worker_peak_mib", "peak RSS per worker", "MiB"),
+    ("worker_private_mib", "peak private dirty memory per worker", "MiB"),
 ]
 
 
@@ -230,6 +247,9 @@ def _comparisons(rows: list[dict]) -> list[Comparison]:
             ours, ref = row.get(f"ours_{key}"), row.get(f"energon_{key}")
             if ours is None:
                 continue
+            notes = {"load": f"{row['load_before']} -> {row['load_after']}"}
+            if unit == "MiB":
+                notes["meaning"] = "ratio = ours / energon: below 1 is less memory"
             name = f"{label}, {row['size']} samples ({row['shards']} shards{', index-only' if row['index_only'] else ''})"
             out.append(
                 Comparison(

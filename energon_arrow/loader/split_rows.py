@@ -81,7 +81,7 @@ def _index(key, n: int):
 
 class MappedColumn:
     """One int64 column of a split, read from the row index only where indexed (ndarray-like: len, [int],
-    [slice], [array], np.asarray)."""
+    [slice], [array], np.asarray; other ndarray methods work on the materialised column)."""
 
     dtype = np.dtype(np.int64)
 
@@ -112,11 +112,29 @@ class MappedColumn:
         out = self.values(np.arange(len(self), dtype=np.int64))
         return out if dtype is None else out.astype(dtype)
 
-    def tolist(self) -> list:
-        return np.asarray(self).tolist()
+    def __getattr__(self, name: str):
+        """Other ndarray methods and attributes (sum, min, ...) over the whole column, materialised: O(rows),
+        for whole-table users only."""
+        if name.startswith("_") or not hasattr(np.ndarray, name):
+            raise AttributeError(name)
+        return getattr(np.asarray(self), name)
 
     def with_rowmap(self, rowmap: RowMap) -> MappedColumn:
         return MappedColumn(rowmap, self.table, self.col, self.kind, self.shard_starts)
+
+
+def _whole_column(op: str):
+    def method(self, *args):
+        return getattr(np.asarray(self), op)(*args)
+
+    method.__name__ = op
+    return method
+
+
+# operators (col > 0, col + 1, ...) on the materialised column, as for `__getattr__`
+for _op in ("lt", "le", "gt", "ge", "eq", "ne", "add", "sub", "mul", "floordiv", "mod", "neg", "iter"):
+    setattr(MappedColumn, f"__{_op}__", _whole_column(f"__{_op}__"))
+MappedColumn.__hash__ = None  # type: ignore[assignment]  (compared by value, like an ndarray)
 
 
 class MappedKeys:
