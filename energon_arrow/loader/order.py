@@ -115,14 +115,25 @@ class EpochOrder:
         self.blocks = shuffle and over_epochs is not None and nb > 0
         if not self.blocks:
             return
+        # O(blocks) state: the drawn / permuted block sequence and its cumulative sizes; each block's hash stream
+        # (`_inner`) is derived per block when a position needs it
+        self.nb, self.k = nb, k
         if over_epochs == -1:
             self.seq = _draws(layout.sizes, layout.n, _rng(seed, epoch, 3))
-            self.inner = epoch * 2**24 + np.arange(len(self.seq), dtype=np.int64)
             self.stream = 3
         else:
-            perm = _rng(seed, epoch).permutation(k * nb)
-            self.seq, self.inner, self.stream = perm % nb, epoch * k + perm // nb, 1
+            self.seq, self.stream = _rng(seed, epoch).permutation(k * nb), 1
+            if k > 1:
+                self.cum = np.r_[0, np.cumsum(layout.sizes[self.seq % nb])]
+                return
         self.cum = np.r_[0, np.cumsum(layout.sizes[self.seq])]
+
+    def _block(self, j: int) -> tuple[int, int]:
+        """(block, hash stream of its inner permutation) at place j of the sequence."""
+        b = int(self.seq[j])
+        if self.stream == 3:
+            return b, self.epoch * 2**24 + j
+        return b % self.nb, self.epoch * self.k + b // self.nb
 
     def _unbuffered(self, pos: np.ndarray) -> np.ndarray:
         if not self.blocks or not len(pos):
@@ -133,9 +144,9 @@ class EpochOrder:
         out = np.empty(len(pos), np.int64)
         for jj in np.unique(j).tolist():
             m = j == jj
-            b = int(self.seq[jj])
+            b, inner = self._block(jj)
             s0, sz = int(self.layout.starts[b]), int(self.layout.sizes[b])
-            keys = hash_uniform(self.seed, int(self.inner[jj]), self.stream, np.arange(s0, s0 + sz))
+            keys = hash_uniform(self.seed, inner, self.stream, np.arange(s0, s0 + sz))
             out[m] = s0 + np.argsort(keys, kind="stable")[off[m]]
         return out
 

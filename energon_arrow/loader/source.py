@@ -175,7 +175,7 @@ def open_split(
     paths = list(info.shard_counts)
     if verify:
         verify_shards(storage, shards, paths)
-    config = read_split(storage, split_config)
+    config = read_split(storage, split_config).expanded()  # once: split_tables looks at it three times
     if split not in config.split_parts:
         raise QueryError(
             f"{storage.url_of('.nv-meta/' + split_config)}: no split {split!r} "
