@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import shutil
 from collections.abc import Iterator
@@ -218,6 +219,16 @@ def build_row_index(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _written(*arrays: np.ndarray) -> None:
+    """Flush memory-mapped output and drop its pages from this process (they stay in the page cache): the
+    build's resident memory stays at one record batch, not the whole index."""
+    for arr in arrays:
+        arr.flush()
+        m = getattr(arr, "_mmap", None)
+        if m is not None:
+            m.madvise(mmap.MADV_DONTNEED)
+
+
 def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identity: list[str]) -> None:
     from numpy.lib.format import open_memmap
 
@@ -253,6 +264,7 @@ def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identit
             key_offsets[done + 1 : done + m + 1] = key_offsets[done] + off[1:] - off[0]
             key_data.write(memoryview(keys.buffers()[2])[off[0] : off[-1]] if m else b"")
             done += m
+            _written(rows, key_offsets)
     if done != n:
         raise LoaderError(f"{samples_where}: {done} samples, but the shards' sample_count adds up to {n}")
     names = _write_parts(storage, tables, tmp, starts, rows)
@@ -285,7 +297,12 @@ def _write_parts(storage: Storage, tables: dict, tmp: str, starts: np.ndarray, r
         if not pa.types.is_dictionary(names.type):
             names = names.dictionary_encode()
         codes = names.indices.to_numpy(zero_copy_only=False)
-        rel = batch["content_offset"].to_numpy() - rows[g, 0]
+        if not len(g):
+            continue
+        # the batch's rows form one window (parts are in sample order): scatter in memory, write it back whole
+        lo, hi = int(g.min()), int(g.max()) + 1
+        g = g - lo
+        rel = batch["content_offset"].to_numpy() - np.asarray(rows[lo:hi, 0])[g]
         size = batch["content_size"].to_numpy()
         for code, name in enumerate(names.dictionary.to_pylist()):
             m = codes == code
@@ -294,10 +311,13 @@ def _write_parts(storage: Storage, tables: dict, tmp: str, starts: np.ndarray, r
             if name not in files:
                 arr = open_memmap(os.path.join(tmp, f"part-{len(files)}.npy"), "w+", np.int64, (n, 2))
                 arr[:, 0] = -1
-                arr[:, 1] = 0
+                _written(arr)
                 files[name] = arr
-            files[name][g[m], 0] = rel[m]
-            files[name][g[m], 1] = size[m]
+            window = np.array(files[name][lo:hi])  # a sample's parts may start in the previous batch
+            window[g[m], 0] = rel[m]
+            window[g[m], 1] = size[m]
+            files[name][lo:hi] = window
+        _written(rows, *files.values())
     for arr in files.values():
         arr.flush()
     return list(files)
