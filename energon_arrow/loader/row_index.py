@@ -116,10 +116,14 @@ def _load(folder: str, identity: list[str], shard_count: int) -> RowIndex | None
     return index
 
 
-def open_row_index(storage: Storage, shards: pa.Table, tables: dict[str, pa.Table]) -> RowIndex:
-    """The dataset's row index, built on first use. `shards`: the side index's shards table; `tables`: the
-    samples and parts tables when the side index lives in memory (converted from index.sqlite), else {}."""
-    in_memory = "samples" in tables
+def open_row_index(
+    storage: Storage, shards: pa.Table, tables: dict[str, pa.Table], published: bool = True
+) -> RowIndex:
+    """The dataset's row index, built on first use. `shards`: the side index's shards table; `tables`: its
+    samples and parts tables when they are in memory (converted from index.sqlite; built from them), else {};
+    `published`: the Parquet side index exists in the dataset (it identifies the row index), else index.sqlite
+    does (converted in memory only)."""
+    in_memory = not published
     identity = side_identity(storage, in_memory)
     counts = shards.column("sample_count").to_numpy()
     folders = []
@@ -147,15 +151,15 @@ def open_row_index(storage: Storage, shards: pa.Table, tables: dict[str, pa.Tabl
 def write_row_index(storage: Storage) -> str:
     """Build the row index of a local dataset prepared with a Parquet side index into `.nv-meta/arrow/loader/`
     (prepare calls this after publishing the side index). Returns the folder."""
-    import pyarrow.parquet as pq
-
     from energon_arrow.query.sideindex import load_side_index
 
-    side = load_side_index(storage, publish=False)
+    side = load_side_index(storage)
+    if side.source == "index.sqlite (converted, in memory)":
+        raise LoaderError(f"{storage.url}: the side index could not be published; no row index written")
     folder = storage.local_path(LOCAL_REL)
-    counts = pq.read_table(storage.local_path(f"{SIDE_INDEX_DIR}/shards.parquet"), columns=["sample_count"])
-    identity = side_identity(storage, "samples" in side.tables)
-    build_row_index(storage, counts.column("sample_count").to_numpy(), side.tables, folder, identity)
+    counts = side.tables["shards"].column("sample_count").to_numpy()
+    tables = {k: v for k, v in side.tables.items() if k != "shards"}
+    build_row_index(storage, counts, tables, folder, side_identity(storage, False))
     return folder
 
 

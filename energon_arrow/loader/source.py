@@ -187,7 +187,9 @@ def open_split(
     excluded: dict[int, list[str]] = {}
     for sid, key in zip(samples["shard_id"].to_pylist(), samples["sample_key"].to_pylist()):
         excluded.setdefault(sid, []).append(key)
-    index = open_row_index(storage, shards, {k: v for k, v in side.tables.items() if k != "shards"})
+    published = side.source in ("parquet", "index.sqlite (converted, published)")
+    tables = {k: v for k, v in side.tables.items() if k != "shards"}
+    index = open_row_index(storage, shards, tables, published)
     rowmap = split_row_map(index, mine["shard_id"].to_numpy().astype(np.int64), excluded)
     del side
     _trim_heap()

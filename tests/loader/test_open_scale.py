@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tracemalloc
 
 import numpy as np
@@ -208,3 +209,14 @@ def test_blend_schedule_is_unchanged():
     s = BatchSchedule([100, 50, 7], 8, 3, [2.0, 1.0, 0.5])
     slots = np.concatenate([np.concatenate(s.slots(b, 0, 8)) for b in range(30)]).astype(np.int64)
     assert hashlib.sha256(slots.tobytes()).hexdigest()[:16] == "5a76b34c6ec9aaaa"
+
+
+def test_dataset_prepared_by_energon_gets_its_row_index_once(energon_prepared_root, tmp_path):
+    root = str(tmp_path / "ds")
+    shutil.copytree(energon_prepared_root, root)
+    first = open_split(root, "train")  # converts index.sqlite, publishes the side index, builds the row index
+    manifest = os.path.join(root, LOCAL_REL, "manifest.json")
+    stamp = os.stat(manifest).st_mtime_ns
+    again = open_split(root, "train")
+    assert os.stat(manifest).st_mtime_ns == stamp  # reused, not rebuilt
+    assert _columns(first) == _columns(again) == _columns(_query_source(root, "train"))
