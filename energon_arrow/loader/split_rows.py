@@ -9,7 +9,7 @@ maps split rows to dataset rows with one binary search per row, and the column o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,8 @@ class RowMap:
     starts: np.ndarray  # int64 [runs + 1]
     first: np.ndarray  # int64 [runs]
     shard: np.ndarray  # int64 [runs]
+    # the last (rows, result) of dataset_rows: a batch reads several columns for the same rows
+    _last: list = field(default_factory=list, compare=False, repr=False)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -35,13 +37,21 @@ class RowMap:
     def dataset_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(dataset rows, run of each) of split rows `rows` (bounds-checked like numpy indexing)."""
         rows = np.asarray(rows, np.int64)
+        last = self._last[0] if self._last else None  # one read: a fetch thread may replace it meanwhile
+        if last is not None and last[0].shape == rows.shape and np.array_equal(last[0], rows):
+            return last[1]
+        key = rows.copy()
         n = len(self)
         if rows.size and (rows.min() < -n or rows.max() >= n):
             bad = rows[(rows < -n) | (rows >= n)][0]
             raise IndexError(f"index {int(bad)} is out of bounds for a split of {n} rows")
         rows = np.where(rows < 0, rows + n, rows)
         j = self.runs_of(rows)
-        return self.first[j] + (rows - self.starts[j]), j
+        out = (self.first[j] + (rows - self.starts[j]), j)
+        for a in out:
+            a.flags.writeable = False  # shared by the callers of the same rows
+        self._last[:] = [(key, out)]
+        return out
 
     def slice(self, lo: int, hi: int) -> RowMap:
         """Split rows [lo, hi) as a RowMap of their own."""
