@@ -10,6 +10,15 @@ import pytest
 from energon_arrow.adapters import open_storage
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _node_cache(tmp_path_factory):
+    """Node-local caches (the loader's row indexes of remote datasets, Nanoset indexes) under the session's
+    temporary folder instead of ~/.cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ENERGON_ARROW_CACHE", str(tmp_path_factory.mktemp("node-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """One real SeaweedFS server (S3 gateway) per test session on random loopback ports."""

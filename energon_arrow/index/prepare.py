@@ -312,6 +312,9 @@ def prepare_dataset(
             pass
         if upload is None:
             storage.publish_folder(META_DIR, files_out, keep_existing=True)
+            from energon_arrow.loader.row_index import write_row_index
+
+            write_row_index(storage)  # the loader's memory-mapped rows: it opens a split in O(shards)
         else:
             upload.finish(INDEX_UUID, files_out[INDEX_UUID])
             upload = None

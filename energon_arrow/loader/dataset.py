@@ -130,10 +130,11 @@ class BatchDataset(torch.utils.data.IterableDataset):
             (s.builder or SampleBuilder)(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code)
             for s in sources
         ]
-        self.layouts = [BlockLayout(src.shard_id, settings.block_size) for src in sources]
+        self.layouts = [BlockLayout.from_runs(*src.shard_runs(), settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)
         self.start_batch = 0
         self.image_slots: SlotBoard | None = None  # set by the Loader before its workers start
+        self._warm: list[EpochCache] | None = None  # epoch state built before the workers fork (warm_plan)
 
     # ---- plan --------------------------------------------------------------------------------------------
     def total_batches(self) -> int | None:
@@ -148,6 +149,14 @@ class BatchDataset(torch.utils.data.IterableDataset):
             EpochCache(layout, s.seed + 7919 * i, s.shuffle_buffer, s.shuffle, over)
             for i, (layout, over) in enumerate(zip(self.layouts, self.over_epochs))
         ]
+
+    def warm_plan(self) -> None:
+        """Build the epoch state the first batch needs (O(blocks): the block permutation) before the DataLoader
+        forks its workers: they inherit it as shared pages instead of each computing and holding a copy."""
+        self._warm = self._caches()
+        total = self.total_batches()
+        if total is None or self.start_batch < total:
+            self.plan(self.start_batch, self._warm)
 
     def plan(self, b: int, caches: list[EpochCache]) -> tuple[np.ndarray, np.ndarray]:
         """(source, table row) arrays of every sample of this rank's slice of global batch b, in batch order."""
@@ -192,7 +201,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         slots = SlotAllocator(self.image_slots, k)
         self.assembler.slots = slots
         self.assembler.device_normalize = self.image_slots is not None and self.image_slots.device_normalize
-        caches = self._caches()
+        caches = self._warm if self._warm is not None else self._caches()
         total = self.total_batches()
         remote = any(not s.storage.is_local for s in self.sources)
         ahead = self.settings.read_ahead if self.settings.read_ahead is not None else (2 if remote else 0)

@@ -29,17 +29,19 @@ from energon_arrow.loader.source import SplitSource, map_index, open_split
 
 def take_rows(src: SplitSource, rows: np.ndarray) -> SplitSource:
     """The rows `rows` (in that order) of a source's table."""
+    rows = np.asarray(rows, np.int64)
     return dataclasses.replace(
         src,
-        shard_id=np.asarray(src.shard_id)[rows],
-        sample_index=np.asarray(src.sample_index)[rows],
-        byte_offset=np.asarray(src.byte_offset)[rows],
-        byte_size=np.asarray(src.byte_size)[rows],
+        shard_id=np.asarray(src.shard_id[rows]),
+        sample_index=np.asarray(src.sample_index[rows]),
+        byte_offset=np.asarray(src.byte_offset[rows]),
+        byte_size=np.asarray(src.byte_size[rows]),
         keys=None if src.keys is None else src.keys.take(pa.array(rows)),
         parts=None
         if src.parts is None
-        else {k: (np.asarray(o)[rows], np.asarray(z)[rows]) for k, (o, z) in src.parts.items()},
+        else {k: (np.asarray(o[rows]), np.asarray(z[rows])) for k, (o, z) in src.parts.items()},
         _key_maps=[],
+        rowmap=None,
     )
 
 

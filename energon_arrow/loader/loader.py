@@ -66,6 +66,7 @@ class Loader:
         if total is not None and self.next_batch >= total:  # a finished finite pass starts over
             self.next_batch = 0
         self.dataset.start_batch = self.next_batch
+        self.dataset.warm_plan()
         kwargs: dict[str, Any] = {}
         if self.num_workers > 0:
             kwargs = dict(

@@ -44,16 +44,28 @@ class BlockLayout:
     `block_size` rows inside a shard). Computed once, before DataLoader workers fork."""
 
     def __init__(self, shard_ids: np.ndarray, block_size: int):
+        shard_ids = np.asarray(shard_ids)
+        n = len(shard_ids)
+        runs = np.flatnonzero(np.r_[True, shard_ids[1:] != shard_ids[:-1]]) if n else np.zeros(0, np.int64)
+        self._cut(runs, np.diff(np.r_[runs, n]), n, block_size)
+
+    @classmethod
+    def from_runs(cls, run_starts: np.ndarray, run_lengths: np.ndarray, block_size: int) -> BlockLayout:
+        """The layout of a table given only its runs of one shard (start row, length): O(runs), no table."""
+        self = cls.__new__(cls)
+        run_starts = np.asarray(run_starts, np.int64)
+        run_lengths = np.asarray(run_lengths, np.int64)
+        self._cut(run_starts, run_lengths, int(run_lengths.sum()), block_size)
+        return self
+
+    def _cut(self, runs: np.ndarray, lengths: np.ndarray, n: int, block_size: int) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
-        n = len(shard_ids)
         self.n = n
         if n == 0:
             self.starts = np.zeros(0, np.int64)
             self.sizes = np.zeros(0, np.int64)
             return
-        runs = np.flatnonzero(np.r_[True, shard_ids[1:] != shard_ids[:-1]])
-        lengths = np.diff(np.r_[runs, n])
         per_run = -(-lengths // block_size)
         first = np.repeat(runs, per_run)
         k = np.arange(per_run.sum()) - np.repeat(np.cumsum(per_run) - per_run, per_run)
@@ -103,14 +115,25 @@ class EpochOrder:
         self.blocks = shuffle and over_epochs is not None and nb > 0
         if not self.blocks:
             return
+        # O(blocks) state: the drawn / permuted block sequence and its cumulative sizes; each block's hash stream
+        # (`_inner`) is derived per block when a position needs it
+        self.nb, self.k = nb, k
         if over_epochs == -1:
             self.seq = _draws(layout.sizes, layout.n, _rng(seed, epoch, 3))
-            self.inner = epoch * 2**24 + np.arange(len(self.seq), dtype=np.int64)
             self.stream = 3
         else:
-            perm = _rng(seed, epoch).permutation(k * nb)
-            self.seq, self.inner, self.stream = perm % nb, epoch * k + perm // nb, 1
+            self.seq, self.stream = _rng(seed, epoch).permutation(k * nb), 1
+            if k > 1:
+                self.cum = np.r_[0, np.cumsum(layout.sizes[self.seq % nb])]
+                return
         self.cum = np.r_[0, np.cumsum(layout.sizes[self.seq])]
+
+    def _block(self, j: int) -> tuple[int, int]:
+        """(block, hash stream of its inner permutation) at place j of the sequence."""
+        b = int(self.seq[j])
+        if self.stream == 3:
+            return b, self.epoch * 2**24 + j
+        return b % self.nb, self.epoch * self.k + b // self.nb
 
     def _unbuffered(self, pos: np.ndarray) -> np.ndarray:
         if not self.blocks or not len(pos):
@@ -121,9 +144,9 @@ class EpochOrder:
         out = np.empty(len(pos), np.int64)
         for jj in np.unique(j).tolist():
             m = j == jj
-            b = int(self.seq[jj])
+            b, inner = self._block(jj)
             s0, sz = int(self.layout.starts[b]), int(self.layout.sizes[b])
-            keys = hash_uniform(self.seed, int(self.inner[jj]), self.stream, np.arange(s0, s0 + sz))
+            keys = hash_uniform(self.seed, inner, self.stream, np.arange(s0, s0 + sz))
             out[m] = s0 + np.argsort(keys, kind="stable")[off[m]]
         return out
 

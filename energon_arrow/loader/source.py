@@ -1,7 +1,9 @@
 """A split of a prepared dataset as the loader sees it: the effective sample table plus the dataset config.
 
-The table columns are numpy arrays (`shard_id`, `sample_index`, `byte_offset`, `byte_size`) in energon iteration
-order; keys are an Arrow array. `parts` maps each part name to two int64 arrays over the rows: the payload's
+The table columns (`shard_id`, `sample_index`, `byte_offset`, `byte_size`) are in energon iteration order and index
+like numpy arrays; keys like an Arrow string array. A split opened with `open_split` reads them lazily from the
+dataset's memory-mapped row index through a RowMap (loader/split_rows.py: `MappedColumn`, `MappedKeys`), so opening
+costs O(shards); other sources (JSONL, joined metadatasets) hold numpy arrays moved into memory maps (`map_index`). `parts` maps each part name to two int64 arrays over the rows: the payload's
 offset relative to the sample's byte_offset (-1 when the sample lacks that part) and its size, so workers slice
 payloads out of the fetched sample bytes without parsing tar headers.
 Arrays built before the DataLoader forks its workers are shared copy-on-write, not copied into each worker.
@@ -18,9 +20,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.row_index import RowIndex, open_row_index
+from energon_arrow.loader.split_rows import MappedColumn, MappedKeys, RowMap, split_row_map
 from energon_arrow.meta import DatasetYaml
 
 _SHARD_PATH_COLUMNS = ("shard_path", "shard", "path")
@@ -42,6 +47,7 @@ class SplitSource:
     parts: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
     _key_maps: list = field(default_factory=list)  # memory maps behind `keys` (see map_index)
     builder: Any = None  # the SampleBuilder class for this source (None: SampleBuilder; JSONL has its own)
+    rowmap: RowMap | None = None  # the split's runs of row-index rows when the columns are MappedColumns
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -101,8 +107,33 @@ class SplitSource:
         for m in maps.values():
             m.madvise(mmap.MADV_DONTNEED)
 
+    def shard_runs(self, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(start relative to lo, length) of each maximal run of consecutive rows of one shard in rows [lo, hi):
+        O(runs) for a mapped split, one vectorised pass over the slice otherwise."""
+        hi = len(self) if hi is None else hi
+        if self.rowmap is not None:
+            return self.rowmap.slice(lo, hi).shard_runs()
+        sid = np.asarray(self.shard_id[lo:hi])
+        if not len(sid):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
+        return starts, np.diff(np.r_[starts, len(sid)])
+
     def subset(self, start: int, end: int) -> SplitSource:
         """Rows [start, end) of the table (metadataset `subset` ranges)."""
+        if self.rowmap is not None:
+            rowmap = self.rowmap.slice(start, end)
+            return dataclasses.replace(
+                self,
+                shard_id=self.shard_id.with_rowmap(rowmap),
+                sample_index=self.sample_index.with_rowmap(rowmap),
+                byte_offset=self.byte_offset.with_rowmap(rowmap),
+                byte_size=self.byte_size.with_rowmap(rowmap),
+                keys=MappedKeys(rowmap, self.keys.all),
+                name=f"{self.name}[{start}:{end}]",
+                parts={k: (o.with_rowmap(rowmap), z.with_rowmap(rowmap)) for k, (o, z) in self.parts.items()},
+                rowmap=rowmap,
+            )
         sl = slice(start, end)
         return dataclasses.replace(
             self,
@@ -126,19 +157,74 @@ def open_split(
     verify: bool = True,
 ) -> SplitSource:
     """The effective sample table of `split` (exclusions applied, shards checked against the index) and the
-    dataset.yaml of a prepared dataset, local or on S3."""
+    dataset.yaml of a prepared dataset, local or on S3.
+
+    Reads O(shards + excluded samples): the shards table, split.yaml and the memory-mapped row index (built once
+    per dataset, loader/row_index.py); the split is a list of row runs whose columns are read per batch."""
     from energon_arrow.meta import read_dataset_yaml
-    from energon_arrow.query import open_dataset
+    from energon_arrow.meta.info import read_info
+    from energon_arrow.meta.split import read_split
+    from energon_arrow.query.errors import QueryError
+    from energon_arrow.query.sideindex import load_side_index, verify_shards
+    from energon_arrow.query.splits import split_tables
 
     storage = path if isinstance(path, Storage) else open_storage(path, storage_options)
-    with open_dataset(storage, split_config=split_config, verify=verify) as ds:
-        table = ds.split(split)
-        parts = ds.sql(_PARTS_SQL, [split]).arrow()
-    config = read_dataset_yaml(storage, dataset_yaml)
-    src = SplitSource.from_table(storage, table, config, subflavors, f"{storage.url} split {split!r}")
-    src.parts = part_layout(parts, len(src))
-    del table, parts
-    return map_index(src)
+    info = read_info(storage)
+    side = load_side_index(storage)
+    shards = side.tables["shards"]
+    paths = list(info.shard_counts)
+    if verify:
+        verify_shards(storage, shards, paths)
+    config = read_split(storage, split_config).expanded()  # once: split_tables looks at it three times
+    if split not in config.split_parts:
+        raise QueryError(
+            f"{storage.url_of('.nv-meta/' + split_config)}: no split {split!r} "
+            f"(splits: {', '.join(config.split_parts) or 'none'})"
+        )
+    splits, excludes = split_tables(config, paths, storage.url_of(f".nv-meta/{split_config}"))
+    mine = splits.filter(pc.and_(pc.equal(splits["split"], split), pc.invert(splits["excluded"])))
+    samples = excludes.filter(pc.equal(excludes["kind"], "sample"))
+    excluded: dict[int, list[str]] = {}
+    for sid, key in zip(samples["shard_id"].to_pylist(), samples["sample_key"].to_pylist()):
+        excluded.setdefault(sid, []).append(key)
+    published = side.source in ("parquet", "index.sqlite (converted, published)")
+    tables = {k: v for k, v in side.tables.items() if k != "shards"}
+    index = open_row_index(storage, shards, tables, published)
+    rowmap = split_row_map(index, mine["shard_id"].to_numpy().astype(np.int64), excluded)
+    del side
+    _trim_heap()
+    return mapped_source(
+        storage, paths, index, rowmap, read_dataset_yaml(storage, dataset_yaml), subflavors,
+        f"{storage.url} split {split!r}",
+    )  # fmt: skip
+
+
+def mapped_source(
+    storage: Storage,
+    shard_paths: list[str],
+    index: RowIndex,
+    rowmap: RowMap,
+    config: DatasetYaml,
+    subflavors: dict | None,
+    name: str,
+) -> SplitSource:
+    """A SplitSource whose columns read the row index through `rowmap` (shard ids index `shard_paths`)."""
+    starts = index.shard_starts
+    return SplitSource(
+        storage=storage,
+        shard_paths=shard_paths,
+        shard_id=MappedColumn(rowmap, None, 0, "shard"),
+        sample_index=MappedColumn(rowmap, None, 0, "sample_index", starts),
+        byte_offset=MappedColumn(rowmap, index.rows, 0),
+        byte_size=MappedColumn(rowmap, index.rows, 1),
+        keys=MappedKeys(rowmap, index.keys()),
+        config=config,
+        subflavors=subflavors,
+        name=name,
+        parts={k: (MappedColumn(rowmap, a, 0), MappedColumn(rowmap, a, 1)) for k, a in index.parts.items()},
+        _key_maps=index.maps(),
+        rowmap=rowmap,
+    )
 
 
 def map_index(src: SplitSource) -> SplitSource:
@@ -190,30 +276,3 @@ def _trim_heap() -> None:
     libc = ctypes.CDLL(name) if name else None
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
-
-
-# Every part of the split's samples with the row of its sample in `split(name)` order (same ORDER BY).
-_PARTS_SQL = """
-    WITH s AS (SELECT shard_id, sample_index, byte_offset,
-                      row_number() OVER (ORDER BY shard_position, sample_index) - 1 AS row
-               FROM split_samples WHERE split = ?)
-    SELECT s.row, p.part_name::VARCHAR AS part_name, p.content_offset - s.byte_offset AS rel, p.content_size AS size
-    FROM s JOIN parts p USING (shard_id, sample_index)"""
-
-
-def part_layout(parts: pa.Table, n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Pivot (row, part_name, rel, size) rows into per-part-name offset / size arrays over n sample rows."""
-    row = parts["row"].to_numpy()
-    rel = parts["rel"].to_numpy().astype(np.int64, copy=False)
-    size = parts["size"].to_numpy().astype(np.int64, copy=False)
-    names = parts["part_name"].dictionary_encode().combine_chunks()
-    codes = names.indices.to_numpy(zero_copy_only=False)
-    out = {}
-    for code, name in enumerate(names.dictionary.to_pylist()):
-        m = codes == code
-        off = np.full(n, -1, np.int64)
-        sz = np.zeros(n, np.int64)
-        off[row[m]] = rel[m]
-        sz[row[m]] = size[m]
-        out[name] = (off, sz)
-    return out

@@ -17,11 +17,27 @@ from energon_arrow.meta.errors import MetaError
 _SPECIAL = re.compile(r"[{}\\]")
 
 
+_ONE_RANGE = re.compile(r"([^{}\\,]*)\{(\d+)\.\.(\d+)\}([^{}\\,]*)")
+
+
 def expand_braces(text: str, where: str | None = None) -> list[str]:
     """All strings a brace expression stands for, in braceexpand's order (nothing special in it: `[text]`)."""
     if _SPECIAL.search(text) is None:  # fast path: split.yaml may hold many plain entries
         return [text]
+    one = _ONE_RANGE.fullmatch(text)
+    if one is not None:  # fast path: one integer range, as prepare writes a split's shard list
+        return _int_range(*one.groups())
     return list(_expansions(text, where))
+
+
+def _int_range(prefix: str, lo: str, hi: str, suffix: str) -> list[str]:
+    """`prefix{lo..hi}suffix` exactly as braceexpand expands it (zero padding to the wider bound when a bound
+    has a leading zero; descending when lo > hi)."""
+    pad = max(len(lo), len(hi)) if any(b.startswith("0") for b in (lo, hi) if b != "0") else 0
+    a, b = int(lo), int(hi)
+    numbers = range(a, b + 1) if a < b else range(a, b - 1, -1)
+    fmt = prefix.replace("%", "%%") + f"%0{pad}d" + suffix.replace("%", "%%")
+    return [fmt % i for i in numbers]
 
 
 def check_braces(text: str, where: str | None = None) -> None:

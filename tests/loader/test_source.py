@@ -14,7 +14,8 @@ def test_split_is_memory_mapped_and_matches_the_query_layer(prepared_root):
     with open_dataset(prepared_root) as ds:
         table = ds.split("train")
         parts = ds.split_parts("train")
-    assert isinstance(src.byte_offset, np.memmap) and isinstance(src.parts["jpg"][0], np.memmap)
+    # the columns read the dataset's memory-mapped row index through the split's row runs
+    assert isinstance(src.byte_offset.table, np.memmap) and isinstance(src.parts["jpg"][0].table, np.memmap)
     assert src.keys.to_pylist() == table["sample_key"].to_pylist()
     assert np.array_equal(src.byte_offset, table["byte_offset"].to_numpy())
     jpg = parts.filter(pc.equal(parts["part_name"], "jpg"))

@@ -44,6 +44,16 @@ PATTERNS = [
     r"shards/.*\.tar",
     r"shard-\d{3}",
     "{a,{b,{c,d}}}{1..2}",
+    # one integer range (expand_braces' fast path): padding, descending, single, percent signs
+    "shards/shard-{000000..006399}.tar",
+    "x{0..010}",
+    "x{00..5}",
+    "s{09..11}y",
+    "p{1..100}q",
+    "{0..0}",
+    "a{5..5}b",
+    "a{12..7}",
+    "%d{1..3}%s",
 ]
 
 

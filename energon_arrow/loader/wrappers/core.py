@@ -91,7 +91,7 @@ class SampleDataset(SavableDataset):
             return lo + positions
         if self._layout is None or self._layout[0] != lo:
             block = self.max_samples_per_sequence or max(1, hi - lo)
-            self._layout = (lo, BlockLayout(np.asarray(self.source.shard_id[lo:hi]), block))
+            self._layout = (lo, BlockLayout.from_runs(*self.source.shard_runs(lo, hi), block))
             self._order = None
         if self._order is None or self._order.epoch != self._epoch:
             seed = worker_seed(self.worker_config) & 0xFFFFFFFF
@@ -136,10 +136,9 @@ class SampleDataset(SavableDataset):
     def _row_of(self, shard: str, sample_index: int) -> int:
         src = self.source
         if self._shard_rows is None:
-            sid = np.asarray(src.shard_id)
-            starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]]) if len(sid) else np.zeros(0, np.int64)
-            ends = np.r_[starts[1:], len(sid)]
-            self._shard_rows = {int(sid[s]): (int(s), int(e)) for s, e in zip(starts, ends)}
+            starts, lengths = src.shard_runs()
+            sid = src.shard_id[starts]
+            self._shard_rows = {int(i): (int(s), int(s + n)) for i, s, n in zip(sid, starts, lengths)}
             self._shard_ids = {p: i for i, p in enumerate(src.shard_paths)}
         sid = self._shard_ids.get(shard)
         span = self._shard_rows.get(sid) if sid is not None else None
