@@ -25,7 +25,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
 from energon_arrow.loader.image_slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
-from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_reader
+from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_readers
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
@@ -204,7 +204,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 b += n
 
         skipped = 0
-        readers = [open_reader(src) for src in self.sources]
+        readers = open_readers(self, k, n)
         horizon = max(ahead, PLAN_AHEAD if remote else 0)  # batches planned (announced to the readers) ahead
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
