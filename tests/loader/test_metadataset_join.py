@@ -109,7 +109,8 @@ def test_members_on_s3_are_read_per_batch_not_per_sample(tmp_path, roots, s3_ser
     joiner = "{__module__: tests.loader.test_metadataset_join, __class__: join_pair}"
     local = _val(_mds(tmp_path, roots, "none", joiner))
     (tmp_path / "s3").mkdir()
-    text = open(_mds(tmp_path / "s3", remote, "none", joiner)).read()
+    with open(_mds(tmp_path / "s3", remote, "none", joiner)) as f:
+        text = f.read()
     bucket, prefix = base[len("s3://") :].split("/", 1)
     s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/j.yaml", Body=text.encode())
     path = f"{base}/j.yaml"
