@@ -151,15 +151,24 @@ class BatchDataset(torch.utils.data.IterableDataset):
 
     def plan(self, b: int, caches: list[EpochCache]) -> tuple[np.ndarray, np.ndarray]:
         """(source, table row) arrays of every sample of this rank's slice of global batch b, in batch order."""
+        return self.plan_many([b], caches)[0]
+
+    def plan_many(self, batches, caches: list[EpochCache]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`plan` of several batches with one row lookup per source for all of them (the epoch order then
+        computes each block's permutation once, not once per batch)."""
         lo = self.rank * self.local_batch_size
-        owner, pos = self.schedule.slots(b, lo, lo + self.local_batch_size, self.limit)
+        slots = [self.schedule.slots(b, lo, lo + self.local_batch_size, self.limit) for b in batches]
+        owner = np.concatenate([o for o, _ in slots])
+        pos = np.concatenate([p for _, p in slots])
         if len(self.sources) == 1:
-            return owner, caches[0].rows_at(pos)
-        rows = np.empty(len(pos), np.int64)
-        for d in np.unique(owner):
-            m = owner == d
-            rows[m] = caches[d].rows_at(pos[m])
-        return owner, rows
+            rows = caches[0].rows_at(pos)
+        else:
+            rows = np.empty(len(pos), np.int64)
+            for d in np.unique(owner):
+                m = owner == d
+                rows[m] = caches[d].rows_at(pos[m])
+        cuts = np.cumsum([len(p) for _, p in slots])[:-1]
+        return list(zip(np.split(owner, cuts), np.split(rows, cuts)))
 
     # ---- reading -----------------------------------------------------------------------------------------
     def _announce(self, plan: tuple[np.ndarray, np.ndarray], readers: list[SampleReader]) -> None:

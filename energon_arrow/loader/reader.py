@@ -49,14 +49,13 @@ def open_readers(dataset, worker: int, workers: int) -> list:
 
 
 def _rows_of(dataset, d: int):
-    """Rows of source d in any global batch of this rank (with its own epoch caches: the reader plans ahead of
-    the batches being read)."""
+    """Rows of source d in each of several global batches of this rank (with its own epoch caches: the reader
+    plans ahead of the batches being read)."""
     caches = dataset._caches()
     single = len(dataset.sources) == 1
 
-    def rows_of(b: int) -> np.ndarray:
-        owner, rows = dataset.plan(b, caches)
-        return rows if single else rows[owner == d]
+    def rows_of(batches) -> list[np.ndarray]:
+        return [rows if single else rows[owner == d] for owner, rows in dataset.plan_many(batches, caches)]
 
     return rows_of
 

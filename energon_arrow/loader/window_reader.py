@@ -34,11 +34,11 @@ from energon_arrow.loader.window_share import WindowShare
 
 @dataclass(frozen=True)
 class BatchFeed:
-    """The stream a worker's reader reads from: `rows_of(b)` gives the rows of this source in global batch b;
-    this worker (`worker` of `workers`) reads batches first + worker, first + worker + workers, ... below
-    `total` (None: endless); `share` hands windows between the workers (None: not shared)."""
+    """The stream a worker's reader reads from: `rows_of(batches)` gives the rows of this source in each of
+    several global batches; this worker (`worker` of `workers`) reads batches first + worker, first + worker +
+    workers, ... below `total` (None: endless); `share` hands windows between the workers (None: not shared)."""
 
-    rows_of: Callable[[int], np.ndarray]
+    rows_of: Callable[[range], list[np.ndarray]]
     first: int = 0
     total: int | None = None
     worker: int = 0
@@ -107,7 +107,7 @@ class WindowReader:
             return False
         g = self._group
         self._group += 1
-        rows = [np.asarray(f.rows_of(b), np.int64) for b in batches]
+        rows = [np.asarray(r, np.int64) for r in f.rows_of(batches)]
         counts = np.array([len(r) for r in rows], np.int64)
         if not counts.sum():
             return True
