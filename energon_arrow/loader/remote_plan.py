@@ -39,7 +39,7 @@ class RemoteReadSettings:
     byte_budget: int = 256 * 1024 * 1024
     max_overread: float = 0.05
     max_window: int = 16 * 1024 * 1024
-    plan_batches: int = 64
+    plan_batches: int = 128
     concurrency: int = 8
 
     def __post_init__(self):
