@@ -5,8 +5,8 @@ them. That worker writes the bytes to a file under a temporary name in a folder 
 other worker that reads the window its own hard link, `<window>.<worker>`, and removes the temporary name: a link
 appears complete or not at all. A reader opens its link, maps it (zero copy, read-only) and removes the link at
 once, so the memory goes back to the system when the last reader drops its mapping; nothing needs a reference
-count. A link of size 0 means the fetcher could not write the window (shared memory full): the reader fetches it
-itself. A reader that does not see its link within `wait_s` fetches the window itself too, and stops waiting for
+count. A link of size 0 means the fetcher did not write the window (it would have left less than half of the
+shared memory free, or the write failed): the reader fetches it itself. A reader that does not see its link within `wait_s` fetches the window itself too, and stops waiting for
 links from then on (the workers evidently do not share a folder, e.g. not forked by one loader): sharing saves
 bytes and requests, it never decides what is read.
 
@@ -52,7 +52,7 @@ class WindowShare:
             return
         tmp = os.path.join(self.folder, f"{name}.tmp{self.worker}")
         try:
-            _write_file(tmp, data)
+            _write_file(tmp, data if self._room(len(data)) else b"")
         except OSError as exc:
             if exc.errno == errno.ENOENT:  # the folder is gone: every reader has stopped
                 return
@@ -69,6 +69,15 @@ class WindowShare:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+    def _room(self, size: int) -> bool:
+        """Whether `size` more bytes leave at least half of the shared-memory file system free (the DataLoader
+        passes tensors through it too; a small /dev/shm, such as a container's default 64 MB, must not fill)."""
+        try:
+            st = os.statvfs(self.folder)
+        except OSError:
+            return False
+        return (st.f_bavail * st.f_frsize - size) * 2 >= st.f_blocks * st.f_frsize
 
     def take(self, name: str, size: int) -> memoryview | None:
         """This worker's link of window `name` as a read-only mapping, waiting for it up to `wait_s`; None when

@@ -8,7 +8,20 @@ import sys
 import threading
 import time
 
+import pytest
+
+import energon_arrow.loader.window_share as ws
 from energon_arrow.loader.window_share import PREFIX, WindowShare
+
+
+@pytest.fixture(autouse=True)
+def roomy(monkeypatch):
+    """tmp_path stands for /dev/shm: say it is nearly empty whatever the disk under it holds."""
+
+    class Fs:
+        f_frsize, f_blocks, f_bavail = 4096, 1 << 20, (1 << 20) - 1
+
+    monkeypatch.setattr(ws.os, "statvfs", lambda path: Fs)
 
 
 def _shares(root, workers=3, wait_s=5.0):
@@ -56,8 +69,6 @@ def test_an_empty_or_wrong_sized_link_means_fetch_it_yourself(tmp_path):
 
 def test_a_failed_write_gives_empty_links(tmp_path, monkeypatch):
     (a, b), _ = _shares(tmp_path, workers=2)
-    import energon_arrow.loader.window_share as ws
-
     real = ws._write_file
 
     def full(path, data):
@@ -96,3 +107,16 @@ def test_folders_of_exited_loaders_are_removed(tmp_path):
     assert share is not None
     assert not stale.exists() and live.exists()
     assert WindowShare.for_worker("x", 0, 1, root=str(tmp_path)) is None  # one worker: nothing to share
+
+
+def test_windows_are_not_shared_when_shared_memory_would_be_half_full(tmp_path, monkeypatch):
+    (a, b), _ = _shares(tmp_path, workers=2)
+
+    class Fs:  # 100 blocks of 10 bytes, 55 free
+        f_frsize, f_blocks, f_bavail = 10, 100, 55
+
+    monkeypatch.setattr(ws.os, "statvfs", lambda path: Fs)
+    a.publish("0-0", b"x" * 50, [1])  # 500 of 1000 bytes would stay free: shared
+    assert bytes(b.take("0-0", 50)) == b"x" * 50
+    a.publish("0-1", b"x" * 51, [1])  # 499 free: not shared, the reader fetches it
+    assert b.take("0-1", 51) is None and b.waiting
