@@ -212,19 +212,24 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 yield b
                 b += n
 
+        def plans() -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+            """(b, plan) of each batch of this worker, planned 16 at a time (plan_many)."""
+            ids = batch_ids()
+            while chunk := list(itertools.islice(ids, 16)):
+                yield from zip(chunk, self.plan_many(chunk, caches))
+
         skipped = 0
         readers = open_readers(self, k, n)
         horizon = max(ahead, PLAN_AHEAD if remote else 0)  # batches planned (announced to the readers) ahead
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
             pending: deque = deque()  # [b, plan, fetch future or None]
-            ids = batch_ids()
+            ids = plans()
             while True:
                 while len(pending) <= horizon:
-                    b = next(ids, None)
+                    b, plan = next(ids, (None, None))
                     if b is None:
                         break
-                    plan = self.plan(b, caches)
                     self._announce(plan, readers)
                     pending.append([b, plan, None])
                 for item in itertools.islice(pending, ahead + 1) if pool else ():
