@@ -222,3 +222,35 @@ def test_resume_over_s3_matches_local(prepared_root, s3_dataset, s3_server):
     second.restore_state_rank(first.save_state_rank())
     got += _take(second, total - 17)
     assert got == ref
+
+
+def test_a_worker_whose_peer_never_shares_fetches_the_windows_itself(
+    prepared_root, s3_dataset, s3_server, tmp_path
+):
+    """Worker 1 of 2 alone (its peer never publishes): after one wait it fetches every window itself and reads
+    the same bytes as from local disk."""
+    from energon_arrow.loader.reader import SampleReader, _rows_of
+    from energon_arrow.loader.window_reader import BatchFeed, WindowReader
+    from energon_arrow.loader.window_share import WindowShare
+
+    def dataset(root, options=None):
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        return ea.get_train_dataset(
+            root, worker_config=wc, batch_size=4, max_samples_per_sequence=8, shuffle_buffer_size=10,
+            task_encoder=RawTE(), repeat=False, storage_options=options,
+        )  # fmt: skip
+
+    remote, local = dataset(s3_dataset, s3_server.storage_options), dataset(prepared_root)
+    total = remote.total_batches()
+    share = WindowShare(str(tmp_path / "share"), 1, 2, wait_s=0.2)
+    reader = WindowReader(remote.sources[0], BatchFeed(_rows_of(remote, 0), 0, total, 1, 2, share))
+    expected = SampleReader(local.sources[0])
+    caches = local._caches()
+    try:
+        for b in range(1, total, 2):
+            rows = local.plan(b, caches)[1]
+            assert [bytes(v) for v in reader.read(rows)] == [bytes(v) for v in expected.read(rows)]
+    finally:
+        reader.close()
+        expected.close()
+    assert not share.waiting
