@@ -130,6 +130,10 @@ class Assembler:
                 ), skipped
             except _Fallback:
                 self.slots.rollback()
+        for d in np.unique(owner).tolist():  # builders that read more than the sample (joined members)
+            prefetch = getattr(self.builders[d], "prefetch_batch", None)
+            if prefetch is not None:
+                prefetch(rows[owner == d])
         samples = []
         for slot, (d, row, view, seed) in enumerate(zip(owner.tolist(), rows.tolist(), views, seeds)):
             src = self.sources[d]

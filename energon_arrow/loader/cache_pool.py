@@ -5,7 +5,8 @@ A cooker marked `@cooker(need_cache=True)` receives the loader's pool as `cache=
 - `cache.get(store, name, sample=None)`: the entry now (its source recorded in `sample.__sources__`);
 - `cache.get_lazy(store, name)`: a `Lazy` whose `get(sample=None)` returns the entry later. `FileStoreCachePool`
   starts reading it at once in a background thread and spills it to a local cache folder, so a cooker can ask
-  for many aux files up front and the reads overlap;
+  for many aux files up front and the reads overlap; names of a prepared dataset (`PartStore`) that queue up
+  while the threads are busy are read together (`PartStore.get_many`: coalesced, concurrent range reads);
 - `cache.to_cache(data, name)`: move `data` (any picklable object) to the cache; a `Lazy` brings it back.
 
 `FileStoreCachePool` is bounded: at most `max_cache_size_gbytes` / `max_cache_count` of spilled entries per
@@ -208,6 +209,7 @@ class FileStoreCachePool(CachePool):
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._entries: dict[tuple[int, str], _Entry] = {}
+        self._queued: dict[int, tuple[Any, list[tuple[str, Future]]]] = {}  # id(store) -> names waiting
         self._bytes = self._count = 0
         self._names = itertools.count()
 
@@ -250,6 +252,28 @@ class FileStoreCachePool(CachePool):
         data, source = ds[fname]
         return self._spill(data, fname, source)
 
+    def _drain(self, ds_id: int) -> None:
+        """Fetch every name queued for one store with one `get_many` (names queue up while the threads are busy,
+        so a backlog becomes one coalesced read); a failing batch is retried name by name, so each Lazy gets
+        its own result or error."""
+        with self._lock:
+            ds, items = self._queued.pop(ds_id, (None, []))
+        if not items:
+            return
+        try:
+            got = ds.get_many([name for name, _ in items]) if len(items) > 1 else None
+        except Exception:  # noqa: BLE001 - resolved per name below
+            got = None
+        for i, (name, future) in enumerate(items):
+            try:
+                if got is None:
+                    future.set_result(self._fetch(ds, name))
+                else:
+                    data, source = got[i]
+                    future.set_result(self._spill(data, name, source))
+            except BaseException as exc:  # noqa: BLE001 - handed to the Lazy that reads it
+                future.set_exception(exc)
+
     def _read(self, path: Path) -> Any:
         blob = path.read_bytes()
         return pickle.loads(blob) if self.method == "pickle" else blob
@@ -283,7 +307,11 @@ class FileStoreCachePool(CachePool):
         key = (id(ds), fname)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None:
+            if entry is None and callable(getattr(ds, "get_many", None)):
+                entry = self._entries[key] = _Entry(Future())
+                self._queued.setdefault(id(ds), (ds, []))[1].append((fname, entry.future))
+                self._pool().submit(self._drain, id(ds))
+            elif entry is None:
                 entry = self._entries[key] = _Entry(self._pool().submit(self._fetch, ds, fname))
         return FileCacheLazy(ds, fname, self, entry)
 

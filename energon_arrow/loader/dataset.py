@@ -25,7 +25,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
 from energon_arrow.loader.image_slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
-from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_reader
+from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_readers
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
@@ -160,15 +160,24 @@ class BatchDataset(torch.utils.data.IterableDataset):
 
     def plan(self, b: int, caches: list[EpochCache]) -> tuple[np.ndarray, np.ndarray]:
         """(source, table row) arrays of every sample of this rank's slice of global batch b, in batch order."""
+        return self.plan_many([b], caches)[0]
+
+    def plan_many(self, batches, caches: list[EpochCache]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`plan` of several batches with one row lookup per source for all of them (the epoch order then
+        computes each block's permutation once, not once per batch)."""
         lo = self.rank * self.local_batch_size
-        owner, pos = self.schedule.slots(b, lo, lo + self.local_batch_size, self.limit)
+        slots = [self.schedule.slots(b, lo, lo + self.local_batch_size, self.limit) for b in batches]
+        owner = np.concatenate([o for o, _ in slots])
+        pos = np.concatenate([p for _, p in slots])
         if len(self.sources) == 1:
-            return owner, caches[0].rows_at(pos)
-        rows = np.empty(len(pos), np.int64)
-        for d in np.unique(owner):
-            m = owner == d
-            rows[m] = caches[d].rows_at(pos[m])
-        return owner, rows
+            rows = caches[0].rows_at(pos)
+        else:
+            rows = np.empty(len(pos), np.int64)
+            for d in np.unique(owner):
+                m = owner == d
+                rows[m] = caches[d].rows_at(pos[m])
+        cuts = np.cumsum([len(p) for _, p in slots])[:-1]
+        return list(zip(np.split(owner, cuts), np.split(rows, cuts)))
 
     # ---- reading -----------------------------------------------------------------------------------------
     def _announce(self, plan: tuple[np.ndarray, np.ndarray], readers: list[SampleReader]) -> None:
@@ -212,19 +221,24 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 yield b
                 b += n
 
+        def plans() -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+            """(b, plan) of each batch of this worker, planned 16 at a time (plan_many)."""
+            ids = batch_ids()
+            while chunk := list(itertools.islice(ids, 16)):
+                yield from zip(chunk, self.plan_many(chunk, caches))
+
         skipped = 0
-        readers = [open_reader(src) for src in self.sources]
+        readers = open_readers(self, k, n)
         horizon = max(ahead, PLAN_AHEAD if remote else 0)  # batches planned (announced to the readers) ahead
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
             pending: deque = deque()  # [b, plan, fetch future or None]
-            ids = batch_ids()
+            ids = plans()
             while True:
                 while len(pending) <= horizon:
-                    b = next(ids, None)
+                    b, plan = next(ids, (None, None))
                     if b is None:
                         break
-                    plan = self.plan(b, caches)
                     self._announce(plan, readers)
                     pending.append([b, plan, None])
                 for item in itertools.islice(pending, ahead + 1) if pool else ():

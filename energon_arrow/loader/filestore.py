@@ -3,7 +3,8 @@
 `PartStore(dataset)["<sample key>.<part>"]` returns `(payload, source_info)` like energon's WebdatasetFileStore;
 a bare sample key returns the dict of all its parts. The name -> (shard, offset, size) table comes from the query
 layer (one SQL over the Parquet side index) and is turned into a hash map on first use in each process; reads
-are single `pread`s on cached file descriptors (local) or ranged GETs (object stores).
+are `pread`s on cached file descriptors (local) or ranged GETs (object stores); `get_many` reads several names at
+once (coalesced, concurrent GETs).
 """
 
 from __future__ import annotations
@@ -72,25 +73,39 @@ class PartStore(_FileStoreBase):
             raise LoaderError(f"{self.storage.url}: no part or sample named {key!r}")
         return row
 
-    def _read(self, shard: str, offset: int, size: int) -> bytes:
+    def _read_rows(self, rows: list[int]) -> list:
+        """The bytes of the given table rows: one coalesced `read_ranges` on object stores (nearby ranges in one
+        GET, the GETs concurrent), `pread`s on cached descriptors locally."""
+        rels = [self.shard_paths[int(self._shard[r])] for r in rows]
+        offsets, sizes = self._offset[rows], self._size[rows]
         if not self.storage.is_local:
-            return self.storage.read_range(shard, offset, size)
-        data = os.pread(self._files.fd(self.storage.local_path(shard)), size, offset)
-        if len(data) != size:
-            raise LoaderError(f"{self.storage.url_of(shard)}: short read at byte {offset} (stale index?)")
-        return data
+            return self.storage.read_ranges(rels, offsets, sizes)
+        out = []
+        for rel, offset, size in zip(rels, offsets.tolist(), sizes.tolist()):
+            data = os.pread(self._files.fd(self.storage.local_path(rel)), size, offset)
+            if len(data) != size:
+                raise LoaderError(f"{self.storage.url_of(rel)}: short read at byte {offset} (stale index?)")
+            out.append(data)
+        return out
 
     def __getitem__(self, key: str) -> tuple[Any, SourceInfo]:
-        row = self._row(key)
-        sid = int(self._shard[row])
-        shard = self.shard_paths[sid]
-        offset, size = int(self._offset[row]), int(self._size[row])
-        data = self._read(shard, offset, size)
-        source = SourceInfo(dataset_path=self.storage.url, index=key, shard_name=shard, file_names=(key,))
-        if row < self._n_parts:
-            return self._decode(key, data), source
-        _, parts = split_sample(memoryview(data), f"{self.storage.url_of(shard)}@{offset}")
-        return {p: self._decode(f"{key}.{p}", bytes(v)) for p, v in parts.items()}, source
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: list[str]) -> list[tuple[Any, SourceInfo]]:
+        """`self[key]` for every key, read together (see `_read_rows`): for callers that know several names at
+        once, such as FileStoreCachePool draining its queue of lazy reads."""
+        rows = [self._row(k) for k in keys]
+        out = []
+        for key, row, data in zip(keys, rows, self._read_rows(rows)):
+            shard = self.shard_paths[int(self._shard[row])]
+            source = SourceInfo(dataset_path=self.storage.url, index=key, shard_name=shard, file_names=(key,))
+            if row < self._n_parts:
+                out.append((self._decode(key, bytes(data)), source))
+                continue
+            where = f"{self.storage.url_of(shard)}@{int(self._offset[row])}"
+            _, parts = split_sample(memoryview(data), where)
+            out.append(({p: self._decode(f"{key}.{p}", bytes(v)) for p, v in parts.items()}, source))
+        return out
 
     def close(self) -> None:
         self._files.close()

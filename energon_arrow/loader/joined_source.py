@@ -6,6 +6,8 @@ is the primary's split restricted to the joined rows (then `subset:` applies to 
 for each other member an int64 array gives its row per joined row (-1: no match). `JoinedBuilder` builds the
 primary's sample and each member's sample (each with its own dataset.yaml) and hands them to the joiner: a sample
 type (`Type.from_joined`) or a callable, positionally for a `join:` list, by name for a `join:` mapping.
+The members' samples of a batch are read together before the batch is built (`prefetch_batch`: per member one
+coalesced read of its rows, so nearby samples share a request and a remote member's requests run concurrently).
 """
 
 from __future__ import annotations
@@ -131,18 +133,33 @@ class JoinedBuilder(SampleBuilder):
             for src, rows in members
         ]
         self.readers: list[SampleReader] | None = None  # opened in the process that reads
+        self._batch_views: list[dict[int, memoryview]] = [{} for _ in self.members]  # the batch's member rows
         if isinstance(joiner, type) and hasattr(joiner, "from_joined"):
             joiner = joiner.from_joined
         self.joiner, self.names = joiner, names
+
+    def _open_readers(self) -> list[SampleReader]:
+        if self.readers is None:
+            self.readers = [SampleReader(s) for s, _, _ in self.members]
+        return self.readers
+
+    def prefetch_batch(self, rows: np.ndarray) -> None:
+        """Read the members' samples of a batch's joined rows at once, one coalesced read per member (nearby
+        samples in one request, the requests of a remote member concurrent) instead of one read per sample."""
+        readers = self._open_readers()
+        for i, (_, member_rows, _) in enumerate(self.members):
+            need = np.unique(member_rows[rows])
+            need = need[need >= 0]
+            self._batch_views[i] = dict(zip(need.tolist(), readers[i].read(need))) if need.size else {}
 
     def _member(self, i: int, row: int, seed: int | None) -> Any:
         src, rows, builder = self.members[i]
         r = int(rows[row])
         if r < 0:
             return None
-        if self.readers is None:
-            self.readers = [SampleReader(s) for s, _, _ in self.members]
-        (view,) = self.readers[i].read(np.array([r], np.int64))
+        view = self._batch_views[i].get(r)
+        if view is None:  # a sample built outside a batch (restore_sample)
+            (view,) = self._open_readers()[i].read(np.array([r], np.int64))
         key, parts = sample_parts(src, r, view)
         return builder.build(key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), r, seed)
 

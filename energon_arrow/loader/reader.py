@@ -2,8 +2,8 @@
 
 Local shards: rows are grouped by shard and merged into runs of nearby samples (a block of the epoch order is
 contiguous on disk), each run is one `os.pread` on a per-process cached descriptor, and every sample is a
-memoryview into the run's buffer. Object stores: `open_reader` gives a `WindowReader` (large ranged GETs planned
-over several batches, loader/window_reader.py) or, with the `local_cache` storage option, a `CachedShardReader`
+memoryview into the run's buffer. Object stores: `open_readers` gives a `WindowReader` (large ranged GETs
+planned over groups of batches, loader/window_reader.py) or, with the `local_cache` storage option, a `CachedShardReader`
 that reads node-local copies of whole shards (adapters/shard_cache.py) exactly like local shards.
 """
 
@@ -21,25 +21,60 @@ from energon_arrow.loader.source import SplitSource
 
 MAX_GAP = 64 * 1024  # bytes of unneeded data worth reading to merge two runs
 PLAN_AHEAD = (
-    32  # batches a worker plans ahead on object stores (two plans of RemoteReadSettings.plan_batches)
+    32  # batches a worker announces ahead on object stores (its reader plans the groups that hold them)
 )
 
 
-def open_reader(src: SplitSource):
-    """The reader for one source: local files, node-local cached copies of remote shards, or windows."""
-    if src.storage.is_local:
-        return SampleReader(src)
-    if src.storage.local_cache is not None:
-        return CachedShardReader(src)
-    from energon_arrow.loader.window_reader import WindowReader
+def open_readers(dataset, worker: int, workers: int) -> list:
+    """The reader of each source of a BatchDataset in DataLoader worker `worker` of `workers`: local files,
+    node-local cached copies of remote shards, or windows (planned with every worker's batches and shared between
+    the workers through shared memory when the workers were forked by one loader)."""
+    readers: list = []
+    tag = _share_tag(dataset) if workers > 1 else None
+    for d, src in enumerate(dataset.sources):
+        if src.storage.is_local:
+            readers.append(SampleReader(src))
+        elif src.storage.local_cache is not None:
+            readers.append(CachedShardReader(src))
+        else:
+            from energon_arrow.loader.window_reader import BatchFeed, WindowReader
+            from energon_arrow.loader.window_share import WindowShare
 
-    return WindowReader(src)
+            share = None if tag is None else WindowShare.for_worker(f"{tag}-{d}", worker, workers)
+            feed = BatchFeed(
+                _rows_of(dataset, d), dataset.start_batch, dataset.total_batches(), worker, workers, share
+            )
+            readers.append(WindowReader(src, feed))
+    return readers
+
+
+def _rows_of(dataset, d: int):
+    """Rows of source d in each of several global batches of this rank (with its own epoch caches: the reader
+    plans ahead of the batches being read)."""
+    caches = dataset._caches()
+    single = len(dataset.sources) == 1
+
+    def rows_of(batches) -> list[np.ndarray]:
+        return [rows if single else rows[owner == d] for owner, rows in dataset.plan_many(batches, caches)]
+
+    return rows_of
+
+
+def _share_tag(dataset) -> str | None:
+    """A name the workers of one DataLoader iterator agree on: the loader's pid, the iterator's base seed and
+    the dataset (forked workers see it at the same address). None outside forked DataLoader workers."""
+    import torch
+
+    info = torch.utils.data.get_worker_info()
+    if info is None or "fork" not in torch.multiprocessing.get_all_start_methods():
+        return None
+    return f"{os.getppid()}-{(info.seed - info.id) & 0xFFFFFFFFFFFF:x}-{id(dataset):x}"
 
 
 class SampleReader:
     """Samples of one source (see the module docstring). Given remote shards it reads each batch with
     `Storage.read_ranges` (coalesced, concurrent GETs per batch), for callers that do not plan ahead; the loader
-    uses `open_reader`."""
+    uses `open_readers`."""
 
     def __init__(self, src: SplitSource, max_fds: int = 128):
         self.src = src

@@ -2,15 +2,17 @@
 large ranged GETs ("windows") that fetch them.
 
 The training order keeps up to `block_size` consecutive samples of a shard together, so the samples that the
-next batches of one worker need lie in a few contiguous stretches of a few shards. Planning several batches at
-once turns those stretches into one window each instead of one request per batch (or per sample).
+next batches need lie in a few contiguous stretches of a few shards. Planning many batches at once turns those
+stretches into one window each instead of one request per batch (or per sample).
 
 How much unneeded data a window may carry is a budget, not a fixed gap: `max_overread` x the needed bytes. The
 gaps between needed ranges are merged smallest first until the budget is spent (a vectorised threshold: sort
-the gaps, take the largest gap whose cumulative sum still fits). With several DataLoader workers every worker
-needs only its share of a block (the batches alternate between workers), so the gaps are the other workers'
-samples: a budget of 1.0 lets each worker read whole blocks (about 2x its own bytes with 2 workers), a budget
-of 0.1 keeps the bytes near 1x at the price of more, smaller requests.
+the gaps, take the largest gap whose cumulative sum still fits).
+
+With several DataLoader workers the batches alternate between workers, so one worker needs only its share of
+each block: planned alone, its windows would either carry the other workers' samples as gaps (about
+`num_workers` x the bytes) or be cut into many small requests. `plan_group` plans the batches of all workers
+together instead, and each window is fetched by one worker and shared with the others.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ class RemoteReadSettings:
 
     `byte_budget`: bytes of windows fetched or held at once (per worker, per dataset); `max_overread`: unneeded
     bytes a plan may fetch, as a fraction of the needed bytes; `max_window`: the span of one GET;
-    `plan_batches`: batches planned together (windows never span two plans); `concurrency`: GETs in flight.
+    `plan_batches`: batches per worker planned together (windows never span two plans); `concurrency`: GETs in
+    flight.
     """
 
     byte_budget: int = 256 * 1024 * 1024
-    max_overread: float = 1.0
+    max_overread: float = 0.05
     max_window: int = 16 * 1024 * 1024
-    plan_batches: int = 16
+    plan_batches: int = 128
     concurrency: int = 8
 
     def __post_init__(self):
@@ -152,3 +155,42 @@ def covering_window(
     ok = (j >= 0) & (w_shard[cand] == shard) & (w_end[cand] >= offset + size)
     out[ok] = cand[ok]
     return out
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Windows of a group of batches read by several workers: `windows` as plan_windows gives them (one entry
+    of `window` / `inner` per needed range), `fetcher[w]` the worker that GETs window w (the reader of the
+    earliest batch that needs it) and `users[w, k]` whether worker k reads from it."""
+
+    windows: WindowPlan
+    fetcher: np.ndarray  # int64 [W]
+    users: np.ndarray  # bool [W, K]
+
+
+def plan_group(
+    batch: np.ndarray,
+    worker: np.ndarray,
+    shard: np.ndarray,
+    offset: np.ndarray,
+    size: np.ndarray,
+    n_workers: int,
+    max_overread: float,
+    max_window: int,
+) -> GroupPlan:
+    """One plan for the needed ranges of every worker's batches in a group: range i is read by `worker[i]`
+    for batch `batch[i]`. Every window is fetched once, by the worker whose batch reads it first, and shared with
+    the other workers that read it, so the group's bytes stay within (1 + max_overread) x its needed bytes
+    whatever the number of workers (planning each worker alone fetches the others' samples as gaps)."""
+    batch = np.asarray(batch, np.int64)
+    worker = np.asarray(worker, np.int64)
+    if worker.size and (int(worker.min()) < 0 or int(worker.max()) >= n_workers):
+        raise ValueError(f"plan_group: workers must lie in [0, {n_workers})")
+    plan = plan_windows(shard, offset, size, max_overread, max_window)
+    n = plan.start.size
+    users = np.zeros((n, n_workers), bool)
+    users[plan.window, worker] = True
+    # the earliest (batch, range) of each window names its fetcher
+    order = np.lexsort((batch, plan.window))
+    firsts = order[np.searchsorted(plan.window[order], np.arange(n))]
+    return GroupPlan(plan, worker[firsts], users)

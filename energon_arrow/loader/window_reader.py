@@ -1,18 +1,25 @@
-"""`WindowReader`: the samples of remote shards, read through windows planned over several batches.
+"""`WindowReader`: the samples of remote shards, read through windows planned over groups of batches.
 
-The dataset announces each batch's rows when it plans the batch (ahead of reading it). Every `plan_batches`
-announced batches are planned together (remote_plan.plan_windows) and their windows are fetched in the
-background, earliest needed first, while the bytes fetched or held stay within the per-worker byte budget (the
-windows the batch being read needs are always fetched). `read(rows)` serves the oldest announced batch from its
-windows as zero-copy views, then drops every window no later batch uses (windows of a plan are kept until
-the next plan has been made while batches wait to be planned: that plan may read from them). Failed GETs are retried by
-the adapters (fetch_groups); every window of one shard comes from one version of the object (ETag pins).
+The batch sequence is a pure function of the seed, so every DataLoader worker can compute the rows of every
+worker's batches. The reader plans groups of `plan_batches` batches per worker (the batches of all workers in
+that stretch of the stream) together (remote_plan.plan_group): each window is fetched once, by the worker whose
+batch reads it first, and handed to the other workers that read it through shared memory (window_share.py).
+With one worker this is the same plan without sharing.
+
+Groups are planned when the dataset announces a batch of the group (it announces its batches ahead of reading
+them) or when a batch is read. This worker's windows are fetched in the background, earliest needed first, while
+the bytes fetched or held stay within the per-worker byte budget (the windows of the batch being read are always
+fetched); `read(rows)` serves the next batch of this worker from its windows as zero-copy views (windows of other
+workers are taken from shared memory then), and drops every window no later batch of this worker reads. Failed
+GETs are retried by the adapters (fetch_groups); every window of one shard fetched by a worker comes from one
+version of the object (ETag pins).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -20,24 +27,37 @@ import numpy as np
 
 from energon_arrow.adapters.fetch import fetch_groups
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.remote_plan import (
-    RemoteReadSettings,
-    covering_window,
-    first_use,
-    last_use,
-    plan_windows,
-)
+from energon_arrow.loader.remote_plan import RemoteReadSettings, first_use, last_use, plan_group
 from energon_arrow.loader.source import SplitSource
+from energon_arrow.loader.window_share import WindowShare
+
+
+@dataclass(frozen=True)
+class BatchFeed:
+    """The stream a worker's reader reads from: `rows_of(batches)` gives the rows of this source in each of
+    several global batches; this worker (`worker` of `workers`) reads batches first + worker, first + worker +
+    workers, ... below `total` (None: endless); `share` hands windows between the workers (None: not shared)."""
+
+    rows_of: Callable[[range], list[np.ndarray]]
+    first: int = 0
+    total: int | None = None
+    worker: int = 0
+    workers: int = 1
+    share: WindowShare | None = None
 
 
 @dataclass
 class _Window:
+    name: str
     shard: int
     start: int
     end: int
-    first: int  # first batch (sequence number) that reads it
-    last: int  # last batch that reads it
+    first: int  # first read (sequence number of this worker's reads) that uses it
+    last: int  # last read that uses it
+    readers: list[int]  # the other workers that read it (when this worker fetches it)
+    own: bool  # fetched by this worker (else taken from the worker that fetches it)
     future: Future | None = None
+    view: memoryview | None = None
 
     @property
     def nbytes(self) -> int:
@@ -45,81 +65,93 @@ class _Window:
 
 
 class WindowReader:
-    def __init__(self, src: SplitSource, settings: RemoteReadSettings | None = None):
-        self.src = src
+    def __init__(self, src: SplitSource, feed: BatchFeed, settings: RemoteReadSettings | None = None):
+        self.src, self.feed = src, feed
         self.settings = settings or RemoteReadSettings()
         self._lock = threading.Lock()
-        self._announced: deque[tuple[int, np.ndarray]] = deque()  # (seq, rows) not planned yet
-        self._batches: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}  # seq -> plan
-        self._windows: dict[int, _Window] = {}
-        self._waiting: list[int] = []  # windows not submitted yet, by first use
-        self._held = 0  # bytes of submitted, not yet released windows
-        self._next_seq = 0  # the next announced batch gets this number
+        self._batches: deque[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = deque()  # planned reads
+        self._windows: dict[str, _Window] = {}
+        self._waiting: list[str] = []  # own windows not submitted yet, by first use
+        self._held = 0  # bytes of submitted or taken, not yet released windows
+        self._group = 0  # the next group to plan
+        self._planned = 0  # reads planned so far (sequence numbers 0 .. _planned - 1)
+        self._announced = 0
         self._next_read = 0
-        self._next_wid = 0
         self._pins: dict[str, str] = {}
         self._pool: ThreadPoolExecutor | None = None
 
     # ---- planning ----------------------------------------------------------------------------------------
     def announce(self, rows: np.ndarray) -> None:
-        """The rows of the next batch to be read (in read order); batches without rows are not read."""
+        """Rows of this worker's next batch to be announced (batches without rows are not read): plans the
+        group that holds it and starts its fetches."""
         if not len(rows):
             return
         with self._lock:
-            self._announced.append((self._next_seq, np.asarray(rows, np.int64)))
-            self._next_seq += 1
-            if len(self._announced) >= self.settings.plan_batches:
-                self._plan()
-                self._submit(None)
+            self._announced += 1
+            while self._planned < self._announced and self._plan_group():
+                pass
+            self._submit(None)
 
-    def _plan(self) -> None:
-        """Plan every announced batch: ranges that live windows (of earlier plans) hold are read from them, the
-        others get new windows, one set for all these batches."""
-        if not self._announced:
-            return
-        seqs, rows = zip(*self._announced)
-        self._announced.clear()
+    def _group_batches(self, g: int) -> range:
+        f = self.feed
+        span = self.settings.plan_batches * f.workers
+        lo = f.first + g * span
+        hi = lo + span if f.total is None else min(lo + span, f.total)
+        return range(lo, max(lo, hi))
+
+    def _plan_group(self) -> bool:
+        """Plan the next group; False when the stream has ended."""
+        f = self.feed
+        batches = self._group_batches(self._group)
+        if not len(batches):
+            return False
+        g = self._group
+        self._group += 1
+        rows = [np.asarray(r, np.int64) for r in f.rows_of(batches)]
         counts = np.array([len(r) for r in rows], np.int64)
+        if not counts.sum():
+            return True
         allrows = np.concatenate(rows)
+        bids = np.asarray(batches, np.int64)
+        batch = np.repeat(bids, counts)
+        worker = (batch - f.first) % f.workers
         src = self.src
         shard, offset, size = src.shard_id[allrows], src.byte_offset[allrows], src.byte_size[allrows]
-        batch_of = np.repeat(np.asarray(seqs, np.int64), counts)
-        window = np.empty(len(allrows), np.int64)
-        inner = np.empty(len(allrows), np.int64)
-        live = np.fromiter(self._windows, np.int64, len(self._windows))
-        wins = [self._windows[w] for w in live.tolist()]
-        ws, wa, wb = (np.array([getattr(w, f) for w in wins], np.int64) for f in ("shard", "start", "end"))
-        held = covering_window(shard, offset, size, ws, wa, wb)
-        old = held >= 0
-        window[old] = live[held[old]]
-        inner[old] = offset[old] - wa[held[old]]
-        if old.any():  # reused windows now live until the last batch of this plan that reads them
-            ids, inv = np.unique(window[old], return_inverse=True)
-            for w, seq in zip(ids.tolist(), last_use(inv, batch_of[old], ids.size).tolist()):
-                self._windows[w].last = max(self._windows[w].last, seq)
-        new = ~old
         s = self.settings
-        plan = plan_windows(shard[new], offset[new], size[new], s.max_overread, s.max_window)
-        n = plan.start.size
-        first, last = first_use(plan.window, batch_of[new], n), last_use(plan.window, batch_of[new], n)
-        base = self._next_wid
-        self._next_wid += n
-        for w, (sh, a, b, f, la) in enumerate(
-            zip(plan.shard.tolist(), plan.start.tolist(), plan.end.tolist(), first.tolist(), last.tolist())
-        ):
-            self._windows[base + w] = _Window(sh, a, b, f, la)
-        self._waiting.extend(int(w) + base for w in np.argsort(first, kind="stable"))
-        window[new] = plan.window + base
-        inner[new] = plan.inner
+        plan = plan_group(batch, worker, shard, offset, size, f.workers, s.max_overread, s.max_window)
+        win = plan.windows
+        # this worker's reads of the group: its non-empty batches, numbered on from _planned
+        mine_b = (bids - f.first) % f.workers == f.worker
+        seq_of_batch = np.full(len(bids), -1, np.int64)
+        mine_nonempty = mine_b & (counts > 0)
+        seq_of_batch[mine_nonempty] = self._planned + np.arange(int(mine_nonempty.sum()))
+        seq = np.repeat(seq_of_batch, counts)
+        mine = seq >= 0
+        n = win.start.size
+        first = first_use(win.window[mine], seq[mine], n)
+        last = last_use(win.window[mine], seq[mine], n)
+        used = np.flatnonzero(last >= 0)
+        for w in used[np.argsort(first[used], kind="stable")].tolist():
+            own = int(plan.fetcher[w]) == f.worker or f.share is None
+            name = f"{g}-{w}"
+            readers = np.flatnonzero(plan.users[w]).tolist() if own and f.share is not None else []
+            self._windows[name] = _Window(
+                name, int(win.shard[w]), int(win.start[w]), int(win.end[w]), int(first[w]), int(last[w]),
+                readers, own,
+            )  # fmt: skip
+            if own:
+                self._waiting.append(name)
         bounds = np.r_[0, np.cumsum(counts)]
-        for i, seq in enumerate(seqs):
+        for i in np.flatnonzero(mine_nonempty).tolist():
             lo, hi = bounds[i], bounds[i + 1]
-            self._batches[seq] = (rows[i], window[lo:hi], inner[lo:hi], size[lo:hi])
-        self._release()
+            names = [f"{g}-{w}" for w in win.window[lo:hi].tolist()]
+            self._batches.append((rows[i], names, win.inner[lo:hi], size[lo:hi]))
+        self._planned += int(mine_nonempty.sum())
+        return True
 
     def _submit(self, need: int | None) -> None:
         """Start fetching waiting windows in first-use order while the byte budget allows; the windows of
-        batch `need` start regardless of the budget."""
+        read `need` start regardless of the budget."""
         while self._waiting:
             w = self._windows[self._waiting[0]]
             if self._held + w.nbytes > self.settings.byte_budget and (need is None or w.first > need):
@@ -132,42 +164,71 @@ class WindowReader:
 
     def _fetch(self, w: _Window):
         rel = self.src.shard_paths[w.shard]
-        return fetch_groups(self.src.storage, [rel], [w.start], [w.end], self._pins)[0]
+        data = fetch_groups(self.src.storage, [rel], [w.start], [w.end], self._pins)[0]
+        if w.readers:
+            self.feed.share.publish(w.name, data, w.readers)
+        return data
 
     # ---- reading -----------------------------------------------------------------------------------------
     def read(self, rows: np.ndarray) -> list[memoryview]:
-        """The bytes of each row's sample, in `rows` order: the oldest announced batch (announced now if it
-        was not)."""
+        """The bytes of each row's sample, in `rows` order: the next batch of this worker."""
         rows = np.asarray(rows, np.int64)
         if not len(rows):
             return []
         with self._lock:
-            if self._next_read == self._next_seq:
-                self._announced.append((self._next_seq, rows))
-                self._next_seq += 1
-            seq = self._next_read
-            if seq not in self._batches:
-                self._plan()
-            planned, windows, inner, size = self._batches.pop(seq)
+            while not self._batches and self._plan_group():
+                pass
+            if not self._batches:
+                raise LoaderError(f"{self.src.name}: batch read beyond the end of the stream")
+            planned, names, inner, size = self._batches.popleft()
             if not np.array_equal(planned, rows):
-                raise LoaderError(f"{self.src.name}: batch read out of the announced order")
+                raise LoaderError(f"{self.src.name}: batch read out of the planned order")
+            seq = self._next_read
             self._next_read += 1
+            self._announced = max(self._announced, self._next_read)
             self._submit(seq)
-            futures = {w: self._windows[w].future for w in np.unique(windows).tolist()}
-        buffers = {w: memoryview(f.result()) for w, f in futures.items()}
-        out = [buffers[w][a : a + n] for w, a, n in zip(windows.tolist(), inner.tolist(), size.tolist())]
+            windows = {n: self._windows[n] for n in dict.fromkeys(names)}
+        buffers = {n: self._buffer(w) for n, w in windows.items()}
+        out = [buffers[n][a : a + k] for n, a, k in zip(names, inner.tolist(), size.tolist())]
         with self._lock:
-            if not self._announced:  # else kept until the next plan, which may read from them
-                self._release()
+            self._release()
             self._submit(None)
         return out
 
+    def _buffer(self, w: _Window) -> memoryview:
+        """The bytes of a window: this worker's fetch, or the mapping of the fetching worker's (fetched here
+        when that one does not come)."""
+        if w.view is None:
+            if w.future is None and not w.own:
+                view = self.feed.share.take(w.name, w.nbytes)
+                if view is None:
+                    w.readers = []
+                    with self._lock:
+                        w.future = self._pool_submit(w)
+                        self._held += w.nbytes
+                else:
+                    with self._lock:
+                        self._held += w.nbytes
+                    w.view = view
+                    return view
+            w.view = memoryview(w.future.result())
+        return w.view
+
+    def _pool_submit(self, w: _Window) -> Future:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="ea-window")
+        return self._pool.submit(self._fetch, w)
+
     def _release(self) -> None:
-        """Drop the windows whose batches were all read."""
-        for w in [w for w, win in self._windows.items() if win.last < self._next_read]:
-            self._held -= self._windows.pop(w).nbytes
+        """Drop the windows whose reads are all done."""
+        for name in [n for n, w in self._windows.items() if w.last < self._next_read]:
+            w = self._windows.pop(name)
+            if w.future is not None or w.view is not None:
+                self._held -= w.nbytes
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        if self.feed.share is not None:
+            self.feed.share.close()

@@ -116,3 +116,62 @@ def test_mock_lazy_calls_its_function():
     lazy = ea.MockLazy("a.txt", lambda name: name.upper())
     assert isinstance(lazy, ea.Lazy)
     assert (lazy.fname, lazy.ds, lazy.pool, lazy.get()) == ("a.txt", None, None, "A.TXT")
+
+
+def test_names_queued_while_the_threads_are_busy_are_read_together(prepared_root, tmp_path, monkeypatch):
+    """With its one thread busy, the names a cooker asks for queue up and are then read with one get_many;
+    a missing name fails only its own Lazy."""
+    import threading
+
+    store = open_file_store(prepared_root)
+    calls = []
+    real = type(store).get_many
+    monkeypatch.setattr(
+        type(store), "get_many", lambda self, keys: calls.append(list(keys)) or real(self, keys)
+    )
+    pool = ea.FileStoreCachePool(parent_cache_dir=tmp_path, num_workers=1)
+    busy = threading.Event()
+    pool._pool().submit(busy.wait)
+    lazies = [pool.get_lazy(store, n) for n in [*NAMES, "no_such_sample.txt"]]
+    busy.set()
+    assert [lz.get() for lz in lazies[:-1]] == [store.get(n) for n in NAMES]
+    with pytest.raises(LoaderError, match="no_such_sample"):
+        lazies[-1].get()
+    assert calls[0] == [
+        *NAMES,
+        "no_such_sample.txt",
+    ]  # one batch; it failed on the missing name, then per name
+    pool.close()
+
+
+@pytest.mark.s3
+def test_part_store_get_many_on_s3_coalesces_reads(prepared_root, s3_server):
+    """get_many of neighbouring parts on S3: the same values as one by one locally, in fewer GETs."""
+    import uuid
+
+    from energon_arrow.testing.faultproxy import FaultProxy
+    from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+    from energon_arrow.testing.synthetic import write_webdataset
+    from tests.loader.conftest import PER_SHARD, SHARDS, prepare
+
+    url = f"s3://{s3_server.create_bucket('ea-tests')}/{uuid.uuid4().hex[:12]}"
+    write_webdataset(
+        url,
+        shards=SHARDS,
+        samples_per_shard=PER_SHARD,
+        image_bytes=200,
+        storage_options=s3_server.storage_options,
+    )
+    prepare(url, s3_server.storage_options)
+    local = open_file_store(prepared_root)
+    names = [f"000001_{i:06d}.{p}" for i in range(10) for p in ("txt", "jpg")] + ["000002_000003"]
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        remote = open_file_store(
+            url, {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+        )
+        proxy.reset_counts()
+        got = remote.get_many(names)
+        gets = proxy.count("GET")
+    assert [v for v, _ in got] == [local[n][0] for n in names]
+    assert [s.index for _, s in got] == names
+    assert gets <= 2  # one per shard: the parts of neighbouring samples are one coalesced range

@@ -87,3 +87,49 @@ def test_load_dataset_gives_a_joined_factory_with_joined_samples(tmp_path, roots
     assert type(factory) is ea.JoinedWebdatasetFactory and isinstance(factory, ea.BaseCoreDatasetFactory)
     out = list(ea.get_loader(factory.build()))
     assert len(out) == 18 and out[0].text == out[0].__key__ and out[-1].text == "-"
+
+
+@pytest.mark.s3
+def test_members_on_s3_are_read_per_batch_not_per_sample(tmp_path, roots, s3_server):
+    """A joined dataset on S3 gives the same samples as on disk, and its member's samples of a batch are read
+    with a few coalesced GETs per batch instead of one GET per sample."""
+    import uuid
+
+    from energon_arrow.testing.faultproxy import FaultProxy
+    from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+
+    base = f"s3://{s3_server.create_bucket('ea-tests')}/{uuid.uuid4().hex[:12]}"
+    options = s3_server.storage_options
+    remote = (f"{base}/p", f"{base}/o")
+    for url, shards, size, seed in ((remote[0], 3, 20, 0), (remote[1], 2, 30, 3)):
+        write_webdataset(
+            url, shards=shards, samples_per_shard=6, image_bytes=size, seed=seed, storage_options=options
+        )
+        prepare(url, options, split_ratio="1,0,0")
+    joiner = "{__module__: tests.loader.test_metadataset_join, __class__: join_pair}"
+    local = _val(_mds(tmp_path, roots, "none", joiner))
+    (tmp_path / "s3").mkdir()
+    with open(_mds(tmp_path / "s3", remote, "none", joiner)) as f:
+        text = f.read()
+    bucket, prefix = base[len("s3://") :].split("/", 1)
+    s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/j.yaml", Body=text.encode())
+    path = f"{base}/j.yaml"
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        opts = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = ea.get_val_dataset(
+            path,
+            split_part="train",
+            worker_config=wc,
+            batch_size=4,
+            task_encoder=RawTE(),
+            storage_options=opts,
+        )
+        proxy.reset_counts()
+        got = [s for b in ea.get_loader(ds) for s in b]
+        member_gets = [
+            r for r in proxy.requests if r[0] == "GET" and f"{remote[1].split('/', 3)[3]}/" in r[1]
+        ]
+    assert [(s.__key__, s.text) for s in got] == [(s.__key__, s.text) for s in local]
+    # 12 of the 18 samples have a member sample (3 batches hold them): at most one GET per member shard and batch
+    assert 0 < len(member_gets) <= 2 * 3

@@ -10,6 +10,7 @@ from energon_arrow.loader.remote_plan import (
     first_use,
     gap_threshold,
     last_use,
+    plan_group,
     plan_windows,
 )
 
@@ -66,8 +67,8 @@ def test_repeated_and_overlapping_ranges():
 
 
 def test_interleaved_samples_of_two_workers():
-    """A worker needing every other sample: overread 1.0 reads the whole stretch in one GET, 0.1 stays
-    within 10% more bytes than needed."""
+    """A worker planning alone that needs every other sample: overread 1.0 reads the whole stretch in one GET,
+    0.1 stays within 10% more bytes than needed."""
     offset = np.arange(0, 200, 2, dtype=np.int64) * 512
     size = np.full(offset.size, 512, np.int64)
     shard = np.zeros(offset.size, np.int64)
@@ -93,3 +94,72 @@ def test_settings_are_checked():
         RemoteReadSettings(max_overread=-1)
     with pytest.raises(ValueError, match=">= 1"):
         RemoteReadSettings(plan_batches=0)
+
+
+def _interleaved(workers: int, batches: int, per_batch: int, size: int = 512):
+    """Batches of `per_batch` consecutive samples of one shard, batch b read by worker b % workers."""
+    batch = np.repeat(np.arange(batches, dtype=np.int64), per_batch)
+    offset = np.arange(batches * per_batch, dtype=np.int64) * size
+    return (
+        batch,
+        batch % workers,
+        np.zeros(offset.size, np.int64),
+        offset,
+        np.full(offset.size, size, np.int64),
+    )
+
+
+def test_group_plan_fetches_every_byte_once_whatever_the_workers():
+    """Planned alone, each of 2 workers would read the other's batches as gaps; planned together the stretch
+    is one window, fetched by the worker of the first batch and read by both."""
+    for workers in (1, 2, 3):
+        batch, worker, shard, offset, size = _interleaved(workers, 12, 8)
+        plan = plan_group(batch, worker, shard, offset, size, workers, 0.0, 1 << 30)
+        assert plan.windows.start.tolist() == [0] and plan.windows.end.tolist() == [12 * 8 * 512]
+        assert plan.fetcher.tolist() == [0]
+        assert plan.users.tolist() == [[True] * workers]
+        _covers(plan.windows, shard, offset, size)
+
+
+def test_group_plan_names_the_first_reader_as_fetcher():
+    # two shards; shard 1 is first read by batch 1 (worker 1), shard 0 by batch 0 (worker 0); window 2 (shard 0
+    # far away) only by worker 1
+    batch = np.array([3, 0, 1, 2, 5], np.int64)
+    worker = batch % 2
+    shard = np.array([0, 0, 1, 1, 0], np.int64)
+    offset = np.array([100, 0, 0, 100, 1 << 20], np.int64)
+    size = np.full(5, 100, np.int64)
+    plan = plan_group(batch, worker, shard, offset, size, 2, 0.0, 1 << 30)
+    got = {
+        (int(plan.windows.shard[w]), int(plan.windows.start[w])): (
+            int(plan.fetcher[w]),
+            plan.users[w].tolist(),
+        )
+        for w in range(plan.windows.start.size)
+    }
+    assert got == {(0, 0): (0, [True, True]), (1, 0): (1, [True, True]), (0, 1 << 20): (1, [False, True])}
+    _covers(plan.windows, shard, offset, size)
+
+
+def test_group_plan_stays_within_the_overread_budget_with_shuffled_batches():
+    rng = np.random.default_rng(0)
+    batch, worker, shard, offset, size = _interleaved(4, 40, 16)
+    keep = rng.random(offset.size) < 0.7  # holes: samples no batch needs
+    args = [a[keep] for a in (batch, worker, shard, offset, size)]
+    perm = rng.permutation(int(keep.sum()))
+    args = [a[perm] for a in args]
+    for overread in (0.0, 0.05, 0.5):
+        plan = plan_group(*args[:5], 4, overread, 1 << 16)
+        assert plan.windows.fetched_bytes <= (1 + overread) * args[4].sum()
+        _covers(plan.windows, args[2], args[3], args[4])
+        # every window is read by its fetcher, and the fetcher reads it first
+        for w in range(plan.windows.start.size):
+            mine = plan.windows.window == w
+            first = np.argmin(np.where(mine, args[0], np.iinfo(np.int64).max))
+            assert plan.fetcher[w] == args[1][first]
+            assert plan.users[w].tolist() == [bool((args[1][mine] == k).any()) for k in range(4)]
+
+
+def test_group_plan_checks_workers():
+    with pytest.raises(ValueError, match="workers"):
+        plan_group(*_interleaved(3, 3, 1), 2, 0.0, 1 << 20)
