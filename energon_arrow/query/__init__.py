@@ -8,6 +8,7 @@ from energon_arrow.query.errors import (
     ReadOnlyError,
     StaleIndexError,
 )
+from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.join import JoinMember, join_datasets, join_index_bytes
 from energon_arrow.query.result import QueryResult
 
@@ -17,6 +18,7 @@ __all__ = [
     "JoinMember",
     "NotPreparedError",
     "QueryError",
+    "QueryLimits",
     "QueryResult",
     "ReadOnlyError",
     "StaleIndexError",

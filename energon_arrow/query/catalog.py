@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from energon_arrow.adapters import Storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR
+from energon_arrow.query.limits import QueryLimits
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
@@ -73,9 +74,12 @@ def connect(
     base: dict[str, pa.Table | None],
     splits: pa.Table,
     excludes: pa.Table,
+    limits: QueryLimits | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A locked, read-only connection with every view. `base[name]` None = read `.nv-meta/arrow/{name}.parquet`."""
+    """A locked, read-only connection with every view. `base[name]` None = read `.nv-meta/arrow/{name}.parquet`.
+    `limits`: memory limit, spill folder and threads (`QueryLimits()` defaults when None)."""
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
+    (limits or QueryLimits()).apply(con)
     reads_files = any(t is None for t in base.values())
     if reads_files and not storage.is_local:
         con.register_filesystem(storage.retrying_fs)  # DuckDB reads through it: its requests retry there

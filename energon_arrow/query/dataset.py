@@ -15,6 +15,7 @@ from energon_arrow.meta.info import read_info
 from energon_arrow.meta.split import read_split
 from energon_arrow.query import catalog
 from energon_arrow.query.errors import QueryError
+from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.guard import check_read_only, explain_error
 from energon_arrow.query.result import QueryResult
 from energon_arrow.query.sideindex import load_side_index, verify_shards
@@ -40,7 +41,13 @@ class Dataset:
     """
 
     def __init__(
-        self, storage: Storage, *, verify: bool = True, split_config: str = "split.yaml", publish: bool = True
+        self,
+        storage: Storage,
+        *,
+        verify: bool = True,
+        split_config: str = "split.yaml",
+        publish: bool = True,
+        limits: QueryLimits | None = None,
     ):
         self.storage = storage
         self.info = read_info(storage)
@@ -57,7 +64,7 @@ class Dataset:
         base = {name: (None if in_place else side.tables[name]) for name in SIDE_INDEX_FILES}
         self._lock = threading.Lock()
         self._base = base
-        self._con = catalog.connect(storage, base, splits, excludes)
+        self._con = catalog.connect(storage, base, splits, excludes, limits)
         self._columns: dict[str, list[str]] | None = None
 
     # ---- introspection ------------------------------------------------------------------------------------
@@ -237,13 +244,19 @@ def open_dataset(
     verify: bool = True,
     split_config: str = "split.yaml",
     publish: bool = True,
+    limits: QueryLimits | None = None,
 ) -> Dataset:
     """Open a prepared dataset (local folder or `s3://bucket/prefix`) for SQL queries and split resolution.
 
     A dataset prepared by energon without our Parquet side index is converted from its index.sqlite on first
     use (published under `.nv-meta/arrow/` when `publish` and the store is writable). `verify` compares every
-    shard's size/mtime/ETag with the store and raises StaleIndexError naming a changed shard.
+    shard's size/mtime/ETag with the store and raises StaleIndexError naming a changed shard. `limits`: DuckDB's
+    memory limit, spill folder and threads (bounded defaults, see `energon_arrow.query.limits`).
     """
     return Dataset(
-        open_storage(path_or_url, storage_options), verify=verify, split_config=split_config, publish=publish
+        open_storage(path_or_url, storage_options),
+        verify=verify,
+        split_config=split_config,
+        publish=publish,
+        limits=limits,
     )

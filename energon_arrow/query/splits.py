@@ -8,6 +8,7 @@ sample (energon compares `f"{shard}/{key}"`, so keys are matched within their ow
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from energon_arrow.meta.errors import MetaError
 from energon_arrow.meta.split import SplitConfig
@@ -51,19 +52,27 @@ def split_tables(config: SplitConfig, shard_paths: list[str], where: str) -> tup
             ):
                 rows[name].append(value)
     splits = pa.Table.from_pydict(rows, schema=SPLITS_SCHEMA)
-    rows = []  # (entry, kind, path, key)
-    whole = config.excluded_shards(shard_paths)
-    rows += [(path, "shard", path, None) for path in sorted(whole, key=shard_ids.__getitem__)]
-    for path, keys in config.excluded_samples(shard_paths).items():
-        rows += [(f"{path}/{key}", "sample", path, key) for key in sorted(keys)]
-    placed = {r[0] for r in rows}
+    whole, samples = config.classify_excludes(shard_paths)
+    order = sorted(whole, key=shard_ids.__getitem__)
+    paths, keys = list(order), [None] * len(order)
+    for path, excluded_keys in samples.items():
+        ordered = sorted(excluded_keys)
+        paths += [path] * len(ordered)
+        keys += ordered
+    path_col = pa.array(paths, pa.string())
+    key_col = pa.array(keys, pa.string())
+    entry = pc.if_else(pc.is_null(key_col), path_col, pc.binary_join_element_wise(path_col, key_col, "/"))
+    kind = pa.array(["shard"] * len(order) + ["sample"] * (len(paths) - len(order)), pa.string())
     # entries naming no shard of this dataset: reported by the `excluded` view, they match nothing
-    rows += [(e, "unknown", None, None) for e in dict.fromkeys(expanded.exclude) if e not in placed]
-    entry, kind, path, key = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
-    ids = [shard_ids.get(p) for p in path]
+    placed = set(entry.to_pylist())
+    unknown = [e for e in dict.fromkeys(expanded.exclude) if e not in placed]
+    ids = pc.index_in(path_col, value_set=pa.array(shard_paths, pa.string())).cast(pa.int32())
     excludes = pa.Table.from_arrays(
-        [pa.array(entry, pa.string()), pa.array(kind, pa.string()), pa.array(ids, pa.int32()),
-         pa.array(path, pa.string()), pa.array(key, pa.string())],
+        [pa.concat_arrays([entry, pa.array(unknown, pa.string())]),
+         pa.concat_arrays([kind, pa.array(["unknown"] * len(unknown), pa.string())]),
+         pa.concat_arrays([ids, pa.nulls(len(unknown), pa.int32())]),
+         pa.concat_arrays([path_col, pa.nulls(len(unknown), pa.string())]),
+         pa.concat_arrays([key_col, pa.nulls(len(unknown), pa.string())])],
         schema=EXCLUDES_SCHEMA,
     )  # fmt: skip
     return splits, excludes
