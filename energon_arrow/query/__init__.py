@@ -8,8 +8,8 @@ from energon_arrow.query.errors import (
     ReadOnlyError,
     StaleIndexError,
 )
-from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.join import JoinMember, join_datasets, join_index_bytes
+from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.result import QueryResult
 
 __all__ = [

@@ -15,8 +15,8 @@ from energon_arrow.meta.info import read_info
 from energon_arrow.meta.split import read_split
 from energon_arrow.query import catalog
 from energon_arrow.query.errors import QueryError
-from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.guard import check_read_only, explain_error
+from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.result import QueryResult
 from energon_arrow.query.sideindex import load_side_index, verify_shards
 from energon_arrow.query.splits import split_tables
