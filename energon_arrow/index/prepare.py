@@ -52,7 +52,6 @@ from energon_arrow.meta import (
     new_index_uuid,
     pattern_split,
     ratio_split,
-    read_info,
     sample_loader_py,
     split_yaml_bytes,
     tar_index_name,

@@ -43,7 +43,11 @@ def _stream(table: pa.Table) -> bytes:
 def encode(index: ShardIndex) -> bytes:
     meta = {b"data_end": str(index.data_end).encode(), b"fingerprint": json.dumps(index.fingerprint).encode()}
     samples = pa.Table.from_arrays(
-        [index.sample_keys.cast(pa.string()), from_numpy(index.sample_offsets), from_numpy(index.sample_sizes)],
+        [
+            index.sample_keys.cast(pa.string()),
+            from_numpy(index.sample_offsets),
+            from_numpy(index.sample_sizes),
+        ],
         schema=_SAMPLES.with_metadata(meta),
     )
     parts = pa.Table.from_arrays(
@@ -93,7 +97,9 @@ class WorkFolder:
         """Names (relative to the storage root) of the entries present now: one listing."""
         if not self.storage.isdir(WORK_DIR):
             return set()
-        return {f"{WORK_DIR}/{f.path.rsplit('/', 1)[-1]}" for f in self.storage.child(WORK_DIR).scan("*.arrow")}
+        return {
+            f"{WORK_DIR}/{f.path.rsplit('/', 1)[-1]}" for f in self.storage.child(WORK_DIR).scan("*.arrow")
+        }
 
     def save(self, name: str, index: ShardIndex) -> None:
         """Publish entry `name` (from `name_of`). Locally a temporary name and a rename, not fsynced: it must

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from energon_arrow.adapters import NotFound
 from energon_arrow.meta._yaml import dump_yaml, parse_json, parse_yaml
-from energon_arrow.meta.braces import check_braces, collapse_names, expand_braces
+from energon_arrow.meta.braces import check_all, collapse_names, expand_all, expand_braces
 from energon_arrow.meta.constants import META_DIR, SPLIT_YAML
 from energon_arrow.meta.errors import MetaError
 from energon_arrow.meta.split_lines import parse_split_lines
@@ -42,11 +42,8 @@ class SplitConfig:
 
     def expanded(self) -> SplitConfig:
         return SplitConfig(
-            {
-                name: [s for e in entries for s in expand_braces(e)]
-                for name, entries in self.split_parts.items()
-            },
-            [s for e in self.exclude for s in expand_braces(e)],
+            {name: expand_all(entries) for name, entries in self.split_parts.items()},
+            expand_all(self.exclude),
         )
 
     def excluded_shards(self, shards=None) -> set[str]:
@@ -62,7 +59,7 @@ class SplitConfig:
         known = None if shards is None else set(shards)
         whole: set[str] = set()
         out: dict[str, set[str]] = {}
-        for e in (s for entry in self.exclude for s in expand_braces(entry)):
+        for e in expand_all(self.exclude):
             if e in known if known is not None else ".tar/" not in e:
                 whole.add(e)
                 continue
@@ -104,10 +101,8 @@ def parse_split(text: str, where: str = SPLIT_YAML, json_format: bool = False) -
     if not isinstance(exclude, list) or not all(isinstance(e, str) for e in exclude):
         raise MetaError(f"{where}: 'exclude' must be a list of shard paths or '<shard>/<sample key>' entries")
     for name, entries in out.items():
-        for e in entries:
-            check_braces(e, f"{where}: split_parts[{name!r}]")
-    for e in exclude:
-        check_braces(e, f"{where}: exclude")
+        check_all(entries, f"{where}: split_parts[{name!r}]")
+    check_all(exclude, f"{where}: exclude")
     return SplitConfig(out, list(exclude))
 
 

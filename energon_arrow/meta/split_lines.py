@@ -20,11 +20,14 @@ from __future__ import annotations
 import json
 import re
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 _TOP_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):( \[\]| \{\})?")
 _SUB_KEY = re.compile(r"  ([A-Za-z0-9_][A-Za-z0-9_.\-]*):( \[\])?")
 _PLAIN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./\-{},]*")
+_PLAIN_PATH = r"^[A-Za-z0-9_./][A-Za-z0-9_.\-{},]*/[A-Za-z0-9_./\-{},]*$"  # with a `/`: always a string
 _QUOTED = re.compile(r"'((?:[^']|'')*)'")
 _RESOLVER = yaml.resolver.Resolver()
 _STR = "tag:yaml.org,2002:str"
@@ -42,6 +45,17 @@ def _entry(text: str) -> str | None:
     return text
 
 
+def _entries(lines: list[str], lead: int) -> list[str] | None:
+    """The entries of a run of `- ` lines (`lead`: the characters before each entry), None when one of them is
+    outside the simple layout. Checked by one Arrow regex kernel when every entry is a plain path with a `/`."""
+    values = pc.utf8_slice_codeunits(pa.array(lines, pa.string()), lead)
+    simple = pc.match_substring_regex(values, _PLAIN_PATH)
+    if pc.all(simple).as_py():
+        return values.to_pylist()
+    out = [_entry(line[lead:]) for line in lines]
+    return None if any(v is None for v in out) else out
+
+
 def parse_split_lines(text: str) -> dict | None:
     stripped = text.lstrip()
     if stripped.startswith("{"):
@@ -53,20 +67,28 @@ def parse_split_lines(text: str) -> dict | None:
     top: str | None = None  # the current top-level key (a block value is None until a line decides)
     sub: str | None = None  # the current key of a nested mapping
     closed = True  # the current key was written with an inline value: no entries may follow
-    for line in text.splitlines():
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
         if not line or line.startswith("#"):
             continue
         nested = line.startswith("  - ")
         if nested or line.startswith("- "):
-            value = _entry(line[4:] if nested else line[2:])
-            if value is None or closed or nested != (sub is not None):
+            lead = "  - " if nested else "- "
+            start = i - 1
+            while i < len(lines) and lines[i].startswith(lead):
+                i += 1
+            values = _entries(lines[start:i], len(lead))
+            if values is None or closed or nested != (sub is not None):
                 return None
             owner, key = (out[top], sub) if nested else (out, top)
             if owner[key] is None:
                 owner[key] = []
             if not isinstance(owner[key], list):
                 return None
-            owner[key].append(value)
+            owner[key].extend(values)
             continue
         m = _TOP_KEY.fullmatch(line)
         if m:

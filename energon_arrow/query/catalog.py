@@ -49,9 +49,9 @@ DERIVED_VIEWS = {
         """SELECT sp.split, sp.position AS shard_position, s.shard_id, sp.path AS shard_path, s.sample_index,
                   s.sample_key, s.byte_offset, s.byte_size
            FROM _split_shards sp JOIN samples s ON s.shard_id = sp.shard_id
-           WHERE NOT sp.excluded
-             AND NOT EXISTS (SELECT 1 FROM _exclude_entries e
-                             WHERE e.kind = 'sample' AND e.shard_id = s.shard_id AND e.sample_key = s.sample_key)""",
+           ANTI JOIN (SELECT shard_id, sample_key FROM _exclude_entries WHERE kind = 'sample') e
+                ON e.shard_id = s.shard_id AND e.sample_key = s.sample_key
+           WHERE NOT sp.excluded""",
     ),
 }
 

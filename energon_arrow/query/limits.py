@@ -77,6 +77,7 @@ class QueryLimits:
         """Set them on `con` (before its configuration is locked). DuckDB creates the spill folder when it first
         spills, and spills there also with external access off."""
         memory, temp, threads = self.resolved()
+        con.execute("SET enable_progress_bar = false")  # long queries would draw DuckDB's bar on the terminal
         con.execute(f"SET memory_limit = '{memory}'")
         con.execute("SET temp_directory = '" + temp.replace("'", "''") + "'")
         if threads is not None:
