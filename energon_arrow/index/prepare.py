@@ -74,7 +74,7 @@ class PrepareOptions:
     dataset_yaml_name: str = DATASET_YAML
     tmp_path: str | None = None  # where index.sqlite is built (default: inside the dataset for local roots)
     shuffle_seed: int = 42
-    energon_tables: bool = True  # False: no index.sqlite (only energon-arrow can load the dataset)
+    energon_index: bool = True  # False: no index.sqlite (energon's joins, aux: stores, key lookups fail)
 
 
 @dataclass
@@ -96,7 +96,7 @@ class PrepareResult:
     indexed: int = 0  # shards read this run
     reused: int = 0  # shards whose rows came from the previous index
     resumed: int = 0  # shards indexed by an interrupted prepare (kept in .nv-meta/.prepare-work)
-    energon_tables: bool = True  # index.sqlite written (energon can load the dataset)
+    energon_index: bool = True  # index.sqlite written
     removed: int = 0  # shards of the previous index that are gone
     bad_shards: list[BadShard] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -253,7 +253,7 @@ def prepare_dataset(
         raise MetaError("a split is required: give --split-ratio or --split-parts")
     plan = plan_prepare(storage, options)
     result.removed = plan.removed
-    result.energon_tables = options.energon_tables
+    result.energon_index = options.energon_index
     workers = options.num_workers or default_workers()
     workers = max(1, min(workers, len(plan.to_index) or 1))
     if progress is not None:
@@ -261,9 +261,9 @@ def prepare_dataset(
     build = _build_dir(storage, options.tmp_path)
     side = scanned = sqlite = upload = None
     try:
-        if options.energon_tables:
+        if options.energon_index:
             sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
-        side = SideIndexWriter(build, energon_tables=options.energon_tables)
+        side = SideIndexWriter(build, energon_index=options.energon_index)
         if indexer is None:
             scanned = index_shards(storage, plan.to_index, workers, work_entries=plan.work_entries)
         else:
@@ -305,7 +305,7 @@ def prepare_dataset(
                 upload.add(INDEX_SQLITE, files_out[INDEX_SQLITE])
         files_out.update(side.close())
         side = None
-        if not options.energon_tables:  # no index.sqlite: its UNIQUE constraint did not check the keys
+        if not options.energon_index:  # no index.sqlite: its UNIQUE constraint did not check the keys
             check_unique_keys(os.path.join(build, SIDE_INDEX_NAMES["samples"]), list(counts))
         files_out.update(small)
         files_out[INDEX_UUID] = new_index_uuid()
@@ -316,7 +316,7 @@ def prepare_dataset(
         # exhausted: the last `.tar.idx` files are written (uploaded beside `.nv-meta`) before the index is published
         for _ in scanned:
             pass
-        if not options.energon_tables:  # an older index.sqlite would describe other rows: energon must fail
+        if not options.energon_index:  # an older index.sqlite would describe other rows
             storage.remove(f"{META_DIR}/{INDEX_SQLITE}")
         if upload is None:
             storage.publish_folder(META_DIR, files_out, keep_existing=True)

@@ -38,18 +38,18 @@ def _table(schema: pa.Schema, columns: list) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-ENERGON_TABLES_KEY = b"energon_arrow.energon_tables"  # shards.parquet metadata: b"false" = no index.sqlite
+ENERGON_INDEX_KEY = b"energon_arrow.energon_index"  # shards.parquet metadata: b"false" = no index.sqlite
 
 
-def has_energon_tables(shards_schema: pa.Schema) -> bool:
-    """False for a dataset prepared with `--no-energon-tables` (energon cannot load it)."""
-    return (shards_schema.metadata or {}).get(ENERGON_TABLES_KEY) != b"false"
+def has_energon_index(shards_schema: pa.Schema) -> bool:
+    """False for a dataset prepared with `--no-energon-index` (no index.sqlite)."""
+    return (shards_schema.metadata or {}).get(ENERGON_INDEX_KEY) != b"false"
 
 
 class SideIndexWriter:
-    def __init__(self, folder: str, energon_tables: bool = True):
+    def __init__(self, folder: str, energon_index: bool = True):
         self.folder = folder
-        self.energon_tables = energon_tables
+        self.energon_index = energon_index
         os.makedirs(os.path.join(folder, "arrow"), exist_ok=True)
         self.paths = {name: os.path.join(folder, rel) for name, rel in SIDE_INDEX_NAMES.items()}
         opts = {"compression": "zstd", "write_statistics": True}
@@ -123,8 +123,8 @@ class SideIndexWriter:
             ],
             schema=SHARDS_SCHEMA,
         )
-        if not self.energon_tables:
-            table = table.replace_schema_metadata({ENERGON_TABLES_KEY: b"false"})
+        if not self.energon_index:
+            table = table.replace_schema_metadata({ENERGON_INDEX_KEY: b"false"})
         pq.write_table(table, self.paths["shards"], compression="zstd")
         return {rel: self.paths[name] for name, rel in SIDE_INDEX_NAMES.items()}
 

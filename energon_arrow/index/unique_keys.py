@@ -1,4 +1,4 @@
-"""Sample keys unique across the dataset, checked without index.sqlite (`prepare --no-energon-tables`).
+"""Sample keys unique across the dataset, checked without index.sqlite (`prepare --no-energon-index`).
 
 energon's index.sqlite enforces it with a UNIQUE constraint, which prepare turns into `DuplicateKeyError` per
 shard. Without that file the check runs once over the finished `samples.parquet` in DuckDB (a GROUP BY on the key

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
+from energon_arrow.index.side_index import has_energon_index
 from energon_arrow.meta.info import read_info
 from energon_arrow.meta.split import read_split
 from energon_arrow.query import catalog
@@ -53,6 +54,8 @@ class Dataset:
         self.info = read_info(storage)
         side = load_side_index(storage, publish=publish)
         self.index_source = side.source
+        # False: prepared with --no-energon-index (no index.sqlite)
+        self.energon_index = has_energon_index(side.tables["shards"].schema)
         if verify:
             verify_shards(storage, side.tables["shards"], list(self.info.shard_counts))
         self.split_config_name = split_config

@@ -71,10 +71,19 @@ def dataset_info(ds: Dataset, dataset_config: str = "dataset.yaml") -> dict:
         "energon_version": ds.info.energon_version or "unknown",
         "sample_type": _sample_type(ds, dataset_config),
         "index": ds.index_source,
+        "energon_index": ds.energon_index,
         "part_types": parts,
         "splits": split_rows,
         "exclude": {row["kind"]: {"entries": row["n"], "unmatched": row["unmatched"]} for row in excluded},
     }
+
+
+ENERGON_INDEX_LINE = {
+    True: "energon index (index.sqlite): written; energon and energon-arrow can load this dataset",
+    False: "energon index (index.sqlite): none (prepared with --no-energon-index); energon-arrow loads all of "
+    "this dataset, energon only iterates it: its joins (join:), file stores (aux:), lookups by key and "
+    "`energon mount` need index.sqlite",
+}
 
 
 def format_info(info: dict) -> str:
@@ -103,4 +112,5 @@ def format_info(info: dict) -> str:
             line += f" ({e['unmatched']:,} match nothing)"
         lines.append(line)
     lines.append(f"  * Index: {info['index']}")
+    lines.append(f"  * {ENERGON_INDEX_LINE[info['energon_index']]}")
     return "\n".join(lines)
