@@ -238,9 +238,11 @@ def prepare_dataset(
     storage_options: dict | None = None,
     progress: Progress | None = None,
     indexer: Indexer | None = None,
+    plan: Plan | None = None,
 ) -> PrepareResult:
     """Prepare the dataset at `url`. `indexer(storage, [(path, size)], workers)` replaces the local shard
-    indexing (it must yield `(position, ShardIndex | TarFormatError)` in order; used by torchrun mode)."""
+    indexing (it must yield `(position, ShardIndex | TarFormatError)` in order; used by torchrun mode, with the
+    `plan` its shards were indexed by: planning again would find them done in the work folder)."""
     options = options or PrepareOptions()
     start = time.perf_counter()
     storage = open_storage(url, storage_options)
@@ -251,7 +253,7 @@ def prepare_dataset(
         return tar_index_only(storage, options, result, progress, start)
     if options.split_parts is None and options.split_ratio is None:
         raise MetaError("a split is required: give --split-ratio or --split-parts")
-    plan = plan_prepare(storage, options)
+    plan = plan or plan_prepare(storage, options)
     result.removed = plan.removed
     result.energon_index = options.energon_index
     workers = options.num_workers or default_workers()
