@@ -27,7 +27,7 @@ RATIO = parse_split_ratio("8,1,1")
 # prepare with one in-process reader; the process SIGKILLs itself right after the 4th shard's rows are kept
 KILLED_PREPARE = textwrap.dedent(
     """
-    import os, signal, sys
+    import json, os, signal, sys
     import energon_arrow.index.workers as workers
     from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
     from energon_arrow.meta import parse_split_ratio
@@ -42,7 +42,8 @@ KILLED_PREPARE = textwrap.dedent(
         return result
 
     workers.index_one = index_one
-    prepare_dataset(sys.argv[1], PrepareOptions(split_ratio=parse_split_ratio("8,1,1"), num_workers=1))
+    options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
+    prepare_dataset(sys.argv[1], PrepareOptions(split_ratio=parse_split_ratio("8,1,1"), num_workers=1), options)
     """
 )
 
@@ -73,6 +74,31 @@ def test_killed_prepare_resumes_to_identical_output(tmp_path):
     assert (uninterrupted.resumed, uninterrupted.indexed) == (0, 8)
     assert _published(killed) == _published(clean)
     assert ".nv-meta/index.sqlite" in _published(killed)
+
+
+@pytest.mark.s3
+def test_killed_prepare_resumes_on_s3(s3_root):
+    from energon_arrow.adapters import open_storage
+
+    url, options = s3_root
+    write_webdataset(url, shards=6, samples_per_shard=5, image_bytes=64, storage_options=options)
+    proc = subprocess.run([sys.executable, "-c", KILLED_PREPARE, url, json.dumps(options)], capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    storage = open_storage(url, options)
+    assert not storage.exists(".nv-meta/.info.json")
+    assert len(storage.list_files(f"{WORK_DIR}/*.arrow")) == 4
+    resumed = prepare_dataset(url, PrepareOptions(split_ratio=RATIO, num_workers=2), options)
+    assert (resumed.resumed, resumed.indexed, resumed.samples) == (4, 2, 30)
+    assert not storage.list_files(f"{WORK_DIR}/*")
+    names = [
+        ".nv-meta/index.sqlite",
+        *(f".nv-meta/arrow/{n}.parquet" for n in ("shards", "samples", "parts")),
+    ]
+    after_resume = {n: storage.read_bytes(n) for n in names}
+    reference = prepare_dataset(url, PrepareOptions(split_ratio=RATIO, num_workers=2, force=True), options)
+    assert reference.indexed == 6
+    assert {n: storage.read_bytes(n) for n in names} == after_resume  # the bytes of a full re-index
 
 
 def test_changed_shard_is_not_resumed(tmp_path):
