@@ -137,6 +137,23 @@ class Dataset:
             pads.dataset(self.storage.path_of(rel), filesystem=fs, format="parquet")
         )
 
+    def batches(self, name: str, columns: list[str], batch_size: int = 1 << 20):
+        """Record batches of side-index table `name` (`columns` only), streamed from the file in place (or from
+        the in-memory table of a converted index): memory for one batch."""
+        table = self._base[name]
+        if table is not None:
+            yield from table.select(columns).to_batches(max_chunksize=batch_size)
+            return
+        import pyarrow.parquet as pq
+
+        rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
+        if self.storage.is_local:
+            source = self.storage.local_path(rel)
+        else:
+            source = self.storage.retrying_fs.open(self.storage.path_of(rel), "rb")
+        with pq.ParquetFile(source) as f:
+            yield from f.iter_batches(batch_size=batch_size, columns=columns)
+
     @property
     def samples(self):
         """The samples view as a polars LazyFrame."""
