@@ -31,6 +31,7 @@ from energon_arrow.tar.arrow import from_bytes_list, from_numpy, ints_to_numpy
 from energon_arrow.tar.samples import ShardIndex
 
 _ROW_GROUP_ROWS = 1 << 20
+_COMPACT = 256
 SIDE_INDEX_NAMES = {name: f"arrow/{name}.parquet" for name in ("shards", "samples", "parts")}
 
 
@@ -100,7 +101,17 @@ class SideIndexWriter:
         )
         self._shards.append((shard_id, path, n, size, mtime, etag, index.data_end, index.fingerprint))
         self._pending_rows += m
+        self._compact()
         self._flush()
+
+    def _compact(self) -> None:
+        """Tiny shards: every 256 pending per-shard tables become one (their columns copied once), so that 1M
+        parts from 30-part shards are ~130 tables, not 30k (each holds buffers and objects of its own)."""
+        for name, tables in self._pending.items():
+            if len(tables) >= _COMPACT + 1 and all(
+                t.num_rows < _ROW_GROUP_ROWS // _COMPACT for t in tables[-_COMPACT:]
+            ):
+                tables[-_COMPACT:] = [pa.concat_tables(tables[-_COMPACT:]).combine_chunks()]
 
     def close(self) -> dict[str, str]:
         self._flush(force=True)
