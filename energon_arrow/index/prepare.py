@@ -2,10 +2,12 @@
 
 Steps: discover shards (`discover.py`); reuse the rows of shards whose identity (size, mtime, ETag) matches the
 previous side index, or whose size and content fingerprint do (copies, uploads), unless `force` (incremental
-prepare); index the others in parallel (`workers.py`, which also writes each shard's `.tar.idx`); insert the rows
-into `index.sqlite` and stream the Parquet side indexes as shards complete, in shard order; split shards
-(`meta.split`); publish `.nv-meta` as one set at the end (`Storage.publish_folder`). Everything is built in a
-private temporary folder, so an error or an interrupt leaves the previous `.nv-meta` as it was.
+prepare); take the rows an interrupted prepare kept in `.nv-meta/.prepare-work` (`resume.py`, unless `force`);
+index the others in parallel (`workers.py`, which also writes each shard's `.tar.idx` and work entry); insert the
+rows into `index.sqlite` (unless `energon_index=False`) and stream the Parquet side indexes as shards complete, in
+shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end (`Storage.publish_folder`),
+then remove the work folder. Everything is built in a private temporary folder, so an error or an interrupt
+leaves the previous `.nv-meta` as it was (and the work entries for the next run).
 
 Bad shards (`TarFormatError`, duplicate keys across shards) fail the prepare, or with `skip_bad_shards` are left
 out and reported in `PrepareResult.bad_shards`.
