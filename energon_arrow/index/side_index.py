@@ -107,7 +107,7 @@ class SideIndexWriter:
     def _compact(self) -> None:
         """Tiny shards: every 256 pending per-shard tables become one (their columns copied once), so that 1M
         parts from 30-part shards are ~130 tables, not 30k (each holds buffers and objects of its own)."""
-        for name, tables in self._pending.items():
+        for tables in self._pending.values():
             if len(tables) >= _COMPACT + 1 and all(
                 t.num_rows < _ROW_GROUP_ROWS // _COMPACT for t in tables[-_COMPACT:]
             ):
