@@ -159,11 +159,13 @@ class ShardSlices:
                 break
             ranges.append((stats.min, stats.max))
         self.ranges = ranges
-        self._groups: dict[int, pa.Table] = {}
+        self._groups: dict[int, tuple[pa.Table, np.ndarray]] = {}
 
-    def _group(self, g: int) -> pa.Table:
+    def _group(self, g: int) -> tuple[pa.Table, np.ndarray]:
+        """Row group `g` (-1: the whole file) and its shard ids as numpy (converted once per group)."""
         if g not in self._groups:
-            self._groups[g] = self.file.read() if g < 0 else self.file.read_row_group(g)
+            table = self.file.read() if g < 0 else self.file.read_row_group(g)
+            self._groups[g] = (table, ints_to_numpy(table.column("shard_id")))
         return self._groups[g]
 
     def rows(self, shard_id: int) -> pa.Table:
@@ -176,8 +178,7 @@ class ShardSlices:
             del self._groups[g]
         pieces = []
         for g in wanted:
-            table = self._group(g)
-            ids = ints_to_numpy(table.column("shard_id"))
+            table, ids = self._group(g)
             lo, hi = np.searchsorted(ids, shard_id, "left"), np.searchsorted(ids, shard_id, "right")
             pieces.append(table.slice(int(lo), int(hi - lo)))
         return pa.concat_tables(pieces) if pieces else self.file.schema_arrow.empty_table()
