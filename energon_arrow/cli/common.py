@@ -85,3 +85,31 @@ def storage_options(fn: Callable) -> Callable:
         metavar="KEY=VALUE",
         help="One storage option (repeatable): endpoint_url=http://127.0.0.1:8333, client_kwargs.region_name=x.",
     )(wrapper)
+
+
+def query_limits(fn: Callable) -> Callable:
+    """Add --memory-limit/--temp-directory/--threads (DuckDB); the command receives `limits: QueryLimits`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, memory_limit=None, temp_directory=None, threads=None, **kwargs):
+        from energon_arrow.query.limits import QueryLimits
+
+        return fn(*args, limits=QueryLimits(memory_limit, temp_directory, threads), **kwargs)
+
+    wrapper = click.option(
+        "--threads", type=click.IntRange(1), default=None, help="DuckDB threads (default: one per CPU)."
+    )(wrapper)
+    wrapper = click.option(
+        "--temp-directory",
+        default=None,
+        metavar="DIR",
+        help="Where DuckDB spills what does not fit in --memory-limit (default: a private folder in the system "
+        "temp folder; env ENERGON_ARROW_QUERY_TEMP_DIRECTORY).",
+    )(wrapper)
+    return click.option(
+        "--memory-limit",
+        default=None,
+        metavar="SIZE",
+        help="DuckDB memory limit, e.g. 2GB (default: half the RAM, at most 4 GiB; env "
+        "ENERGON_ARROW_QUERY_MEMORY_LIMIT); larger intermediate results spill to --temp-directory.",
+    )(wrapper)

@@ -26,6 +26,10 @@ def open_split_jobs(path, splits, dataset_config, split_config, trust_remote_cod
     storage = open_storage(path, options)
     with open_dataset(storage, split_config=split_config) as ds:  # checks the shards against the index
         known = set(ds.split_names)
+        if not ds.energon_index:
+            from energon_arrow.query.info import ENERGON_INDEX_LINE
+
+            click.echo(ENERGON_INDEX_LINE[False], err=True)
     jobs, empty = [], []
     for split in splits:
         if split not in known:

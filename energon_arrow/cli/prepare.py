@@ -47,7 +47,7 @@ def _prepare_jsonl(path, storage_options, *dataset_options) -> None:
 
     if any(dataset_options):
         raise click.UsageError(
-            "a .jsonl dataset has no splits, excludes or dataset.yaml: only its index is written; "
+            "a .jsonl dataset has no splits, excludes, dataset.yaml or index.sqlite: only its index is written; "
             "select parts of it with a metadataset subset"
         )
     n = prepare_jsonl(path, storage_options)
@@ -100,6 +100,15 @@ def _prepare_jsonl(path, storage_options, *dataset_options) -> None:
 @click.option(
     "--skip-bad-shards", is_flag=True, help="Leave out unreadable shards (reported) instead of failing."
 )
+@click.option(
+    "--energon-index/--no-energon-index",
+    default=True,
+    show_default=True,
+    help="Write index.sqlite, energon's sample tables. --no-energon-index skips it (faster, less disk at "
+    "100M samples) for datasets that only energon-arrow loads: energon can then only iterate the dataset; its "
+    "joins (join:), file stores (aux:), lookups by key and `energon mount` FAIL without index.sqlite. "
+    "`energon-arrow info` and `lint` report the mode.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @storage_options
 @abort_exits_1
@@ -120,6 +129,7 @@ def command(
     field_map,
     tmp_path,
     skip_bad_shards,
+    energon_index,
     as_json,
     storage_options,
 ):
@@ -127,7 +137,8 @@ def command(
 
     Writes energon's .nv-meta (.info.json, split.yaml, dataset.yaml, index.sqlite, index.uuid), a .tar.idx next
     to every shard and Parquet side indexes under .nv-meta/arrow/. Runs under torchrun too (each rank indexes
-    its share of the shards, rank 0 writes the index).
+    its share of the shards, rank 0 writes the index). Resumable: a prepare that was killed or failed keeps the
+    shards it indexed in .nv-meta/.prepare-work/ and the next run continues from them.
     """
     # heavy imports here, so `energon-arrow --help` and other subcommands start fast
     from energon_arrow.adapters import open_storage
@@ -145,8 +156,21 @@ def command(
     )
     from energon_arrow.tar import index_shard
 
+    if tar_index_only and not energon_index:
+        raise click.UsageError(
+            "--no-energon-index applies to a full prepare; --tar-index-only rewrites only the .tar.idx files"
+        )
     if str(path).endswith(".jsonl"):
-        _prepare_jsonl(path, storage_options, split_parts, split_ratio, exclude, sample_type, field_map)
+        _prepare_jsonl(
+            path,
+            storage_options,
+            split_parts,
+            split_ratio,
+            exclude,
+            sample_type,
+            field_map,
+            not energon_index,
+        )
         return
     # like energon, the questions are asked unless --non-interactive, also with answers piped on stdin
     interactive = not non_interactive
@@ -160,6 +184,7 @@ def command(
         shuffle_tars=shuffle_tars,
         dataset_yaml_name=dataset_yaml_name,
         tmp_path=tmp_path,
+        energon_index=energon_index,
     )
     override_loader = False
     if not tar_index_only:

@@ -103,10 +103,16 @@ def echo_summary(result, as_json: bool) -> None:
     parts = f" ({parts})" if parts else ""
     click.echo(
         f"Prepared {result.root}: {result.shards:,} shards ({result.indexed:,} indexed, {result.reused:,} unchanged, "
-        f"{result.removed:,} removed, {len(result.bad_shards):,} bad), {result.samples:,} samples, "
+        + (f"{result.resumed:,} resumed from an interrupted run, " if result.resumed else "")
+        + f"{result.removed:,} removed, {len(result.bad_shards):,} bad), {result.samples:,} samples, "
         f"{result.parts:,} parts{parts}, {result.bytes / 2**20:,.1f} MiB in {result.seconds:.2f} s "
         f"({rate:,.0f} samples/s)"
     )
+    if not result.energon_index:
+        click.echo(
+            "No index.sqlite (--no-energon-index): energon-arrow loads all of this dataset; energon only iterates "
+            "it (its joins, aux: file stores, key lookups and `energon mount` need index.sqlite)."
+        )
     if result.splits:
         click.echo(
             "Splits: "

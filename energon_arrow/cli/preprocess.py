@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import click
@@ -119,8 +120,11 @@ def command(
     quiet,
     storage_options,
 ):
-    """Tokenize JSONL documents into Megatron-Core token datasets (one per JSON key)."""
-    from energon_arrow.tokens.preprocess import PreprocessOptions, preprocess
+    """Tokenize JSONL documents into Megatron-Core token datasets (one per JSON key). Runs under torchrun / srun
+    too: each rank tokenizes its share of the inputs (--workers processes each) and rank 0 merges one output,
+    identical to a single-process run; the output prefix must be on storage every rank reaches."""
+    from energon_arrow.tokens.preprocess import PreprocessOptions
+    from energon_arrow.tokens.preprocess_dist import preprocess_distributed
     from energon_arrow.tokens.text_tokenizers import TokenizerSpec
 
     opts = PreprocessOptions(
@@ -134,11 +138,14 @@ def command(
         tmp_dir=tmp_dir,
         storage_options=storage_options,
     )
-    progress = _Progress(enabled=not (as_json or quiet))
+    first_rank = os.environ.get("RANK", "0") == "0"  # under torchrun / srun only rank 0 reports
+    progress = _Progress(enabled=first_rank and not (as_json or quiet))
     try:  # errors (bad lines, tokenizer) become one line in main, with the traceback under --debug
-        summary = preprocess(list(inputs), output_prefix, opts, progress)
+        summary = preprocess_distributed(list(inputs), output_prefix, opts, progress)
     finally:
         progress.stop()
+    if not first_rank:
+        return
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return

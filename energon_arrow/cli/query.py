@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from energon_arrow.cli.common import storage_options
+from energon_arrow.cli.common import query_limits, storage_options
 from energon_arrow.cli.main import CliError
 
 
@@ -57,7 +57,8 @@ def write_output(target: str, data: bytes, options: dict) -> None:
 )
 @click.option("--split-config", default="split.yaml", show_default=True, help="Split config in .nv-meta/.")
 @storage_options
-def command(dataset, sql, fmt, output, max_rows, no_verify, split_config, storage_options):
+@query_limits
+def command(dataset, sql, fmt, output, max_rows, no_verify, split_config, storage_options, limits):
     """Run read-only DuckDB SQL over DATASET's views: samples, parts, shards, sample_parts, part_types, splits,
     excluded, split_samples. Example: energon-arrow query /data/ds "SELECT shard_id, count(*) FROM samples
     GROUP BY ALL". For a Megatron token dataset (DATASET = PREFIX of PREFIX.bin/.idx) the views are
@@ -75,11 +76,13 @@ def command(dataset, sql, fmt, output, max_rows, no_verify, split_config, storag
             raise CliError(
                 f"{dataset}: --no-verify and --split-config apply to WebDataset indexes, not token datasets"
             )
-        table = token_sql(prefix, sql, storage_options)
+        table = token_sql(prefix, sql, storage_options, limits)
     else:
         from energon_arrow.query import open_dataset
 
-        with open_dataset(dataset, storage_options, verify=not no_verify, split_config=split_config) as ds:
+        with open_dataset(
+            dataset, storage_options, verify=not no_verify, split_config=split_config, limits=limits
+        ) as ds:
             table = ds.sql(sql).arrow()
     data = render(table, fmt, max_rows=max_rows)
     if output is None:

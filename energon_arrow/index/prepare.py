@@ -2,10 +2,12 @@
 
 Steps: discover shards (`discover.py`); reuse the rows of shards whose identity (size, mtime, ETag) matches the
 previous side index, or whose size and content fingerprint do (copies, uploads), unless `force` (incremental
-prepare); index the others in parallel (`workers.py`, which also writes each shard's `.tar.idx`); insert the rows
-into `index.sqlite` and stream the Parquet side indexes as shards complete, in shard order; split shards
-(`meta.split`); publish `.nv-meta` as one set at the end (`Storage.publish_folder`). Everything is built in a
-private temporary folder, so an error or an interrupt leaves the previous `.nv-meta` as it was.
+prepare); take the rows an interrupted prepare kept in `.nv-meta/.prepare-work` (`resume.py`, unless `force`);
+index the others in parallel (`workers.py`, which also writes each shard's `.tar.idx` and work entry); insert the
+rows into `index.sqlite` (unless `energon_index=False`) and stream the Parquet side indexes as shards complete, in
+shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end (`Storage.publish_folder`),
+then remove the work folder. Everything is built in a private temporary folder, so an error or an interrupt
+leaves the previous `.nv-meta` as it was (and the work entries for the next run).
 
 Bad shards (`TarFormatError`, duplicate keys across shards) fail the prepare, or with `skip_bad_shards` are left
 out and reported in `PrepareResult.bad_shards`.
@@ -24,14 +26,16 @@ from typing import Protocol
 
 import pyarrow.compute as pc
 
-from energon_arrow.adapters import open_storage
+from energon_arrow.adapters import StorageError, open_storage
 from energon_arrow.adapters.publish import RemoteFolderUpload, private_prefix, remove_abandoned
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.fingerprint import read_fingerprints
-from energon_arrow.index.side_index import SideIndexWriter, read_side_index
+from energon_arrow.index.resume import WORK_DIR, WorkFolder
+from energon_arrow.index.side_index import SIDE_INDEX_NAMES, SideIndexWriter, read_side_index
 from energon_arrow.index.sqlite_pages import IndexSqliteWriter
 from energon_arrow.index.sqlite_writer import DuplicateKeyError
-from energon_arrow.index.workers import default_workers, index_shards, write_tar_index
+from energon_arrow.index.unique_keys import check_unique_keys
+from energon_arrow.index.workers import default_workers, index_one, index_shards, write_tar_index
 from energon_arrow.meta import (
     DATASET_YAML,
     INDEX_SQLITE,
@@ -50,7 +54,6 @@ from energon_arrow.meta import (
     new_index_uuid,
     pattern_split,
     ratio_split,
-    read_info,
     sample_loader_py,
     split_yaml_bytes,
     tar_index_name,
@@ -73,6 +76,7 @@ class PrepareOptions:
     dataset_yaml_name: str = DATASET_YAML
     tmp_path: str | None = None  # where index.sqlite is built (default: inside the dataset for local roots)
     shuffle_seed: int = 42
+    energon_index: bool = True  # False: no index.sqlite (energon's joins, aux: stores, key lookups fail)
 
 
 @dataclass
@@ -93,6 +97,8 @@ class PrepareResult:
     split_samples: dict[str, int] = field(default_factory=dict)
     indexed: int = 0  # shards read this run
     reused: int = 0  # shards whose rows came from the previous index
+    resumed: int = 0  # shards indexed by an interrupted prepare (kept in .nv-meta/.prepare-work)
+    energon_index: bool = True  # index.sqlite written
     removed: int = 0  # shards of the previous index that are gone
     bad_shards: list[BadShard] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -125,6 +131,8 @@ class Plan:
     reuse: dict[str, bool]
     to_index: list[tuple[str, int]]
     removed: int
+    resumed: set[str]  # shards whose rows an interrupted prepare left in the work folder
+    work_entries: list[str]  # where the workers keep the rows of `to_index` (resume.WorkFolder)
 
 
 def plan_prepare(storage, options: PrepareOptions) -> Plan:
@@ -152,8 +160,12 @@ def plan_prepare(storage, options: PrepareOptions) -> Plan:
     if previous is not None:
         current = {f.path for f in shards}
         removed = sum(1 for p in previous.shards.column("path").to_pylist() if p not in current)
-    to_index = [(f.path, f.size) for f in shards if not reuse[f.path]]
-    return Plan(shards, files, previous, reuse, to_index, removed)
+    work = WorkFolder(storage)
+    entries = set() if options.force else work.entries()  # --force-overwrite indexes every shard again
+    resumed = {f.path for f in shards if not reuse[f.path] and work.name_of(f) in entries}
+    todo = [f for f in shards if not reuse[f.path] and f.path not in resumed]
+    to_index = [(f.path, f.size) for f in todo]
+    return Plan(shards, files, previous, reuse, to_index, removed, resumed, [work.name_of(f) for f in todo])
 
 
 def _split(names: list[str], options: PrepareOptions, result: PrepareResult) -> dict[str, list[str]]:
@@ -228,56 +240,49 @@ def prepare_dataset(
     storage_options: dict | None = None,
     progress: Progress | None = None,
     indexer: Indexer | None = None,
+    plan: Plan | None = None,
 ) -> PrepareResult:
     """Prepare the dataset at `url`. `indexer(storage, [(path, size)], workers)` replaces the local shard
-    indexing (it must yield `(position, ShardIndex | TarFormatError)` in order; used by torchrun mode)."""
+    indexing (it must yield `(position, ShardIndex | TarFormatError)` in order; used by torchrun mode, with the
+    `plan` its shards were indexed by: planning again would find them done in the work folder)."""
     options = options or PrepareOptions()
     start = time.perf_counter()
     storage = open_storage(url, storage_options)
     result = PrepareResult(root=storage.url)
     if options.tar_index_only:
-        return _tar_index_only(storage, options, result, progress, start)
+        from energon_arrow.index.tar_index_only import tar_index_only  # it uses this module's result types
+
+        return tar_index_only(storage, options, result, progress, start)
     if options.split_parts is None and options.split_ratio is None:
         raise MetaError("a split is required: give --split-ratio or --split-parts")
-    plan = plan_prepare(storage, options)
-    shards, files, previous, reuse, to_index = (
-        plan.shards,
-        plan.files,
-        plan.previous,
-        plan.reuse,
-        plan.to_index,
-    )
+    plan = plan or plan_prepare(storage, options)
     result.removed = plan.removed
+    result.energon_index = options.energon_index
     workers = options.num_workers or default_workers()
-    workers = max(1, min(workers, len(to_index) or 1))
+    workers = max(1, min(workers, len(plan.to_index) or 1))
     if progress is not None:
-        progress.start(len(shards), sum(f.size for f in shards))
+        progress.start(len(plan.shards), sum(f.size for f in plan.shards))
     build = _build_dir(storage, options.tmp_path)
     side = scanned = sqlite = upload = None
     try:
-        sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
-        side = SideIndexWriter(build)
-        scanned = (indexer or index_shards)(storage, to_index, workers)
+        if options.energon_index:
+            sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
+        side = SideIndexWriter(build, energon_index=options.energon_index)
+        if indexer is None:
+            scanned = index_shards(storage, plan.to_index, workers, work_entries=plan.work_entries)
+        else:
+            scanned = indexer(storage, plan.to_index, workers)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
-        for f in shards:
-            if reuse[f.path]:
-                index = previous.shard_rows(f.path)
-                result.reused += 1
-                if index.fingerprint is None:  # indexed by a version that did not record fingerprints
-                    index.fingerprint = read_fingerprints(storage, [(f.path, f.size, index.data_end)])[0]
-                if files.get(tar_index_name(f.path)) != 8 * (index.sample_count + 1):
-                    write_tar_index(storage, f.path, index.tar_index())
-            else:
-                _, index = next(scanned)
-                result.indexed += 1
-                if isinstance(index, TarFormatError):
-                    if not options.skip_bad_shards:
-                        raise index
-                    result.bad_shards.append(BadShard(f.path, str(index)))
-                    continue
+        for f, index in _shard_indexes(storage, plan, scanned, result):
+            if isinstance(index, TarFormatError):
+                if not options.skip_bad_shards:
+                    raise index
+                result.bad_shards.append(BadShard(f.path, str(index)))
+                continue
             try:
-                sqlite.add_shard(len(counts), f.path, index)
+                if sqlite is not None:
+                    sqlite.add_shard(len(counts), f.path, index)
             except DuplicateKeyError as exc:
                 if not options.skip_bad_shards:
                     raise
@@ -293,14 +298,19 @@ def prepare_dataset(
             raise MetaError(f"{storage.url}: no valid shard left to index ({len(result.bad_shards)} bad)")
         split = _split(list(counts), options, result)
         small = _meta_files(storage, options, counts, split, part_types)  # may raise: before any write
-        sqlite.finish()
-        sqlite = None
-        files_out: dict[str, object] = {INDEX_SQLITE: os.path.join(build, INDEX_SQLITE)}
+        files_out: dict[str, object] = {}
+        if sqlite is not None:
+            sqlite.finish()
+            sqlite = None
+            files_out[INDEX_SQLITE] = os.path.join(build, INDEX_SQLITE)
         if not storage.is_local:  # the largest file goes up while the rest is written; the marker last
             upload = RemoteFolderUpload(storage, META_DIR)
-            upload.add(INDEX_SQLITE, files_out[INDEX_SQLITE])
+            if INDEX_SQLITE in files_out:
+                upload.add(INDEX_SQLITE, files_out[INDEX_SQLITE])
         files_out.update(side.close())
         side = None
+        if not options.energon_index:  # no index.sqlite: its UNIQUE constraint did not check the keys
+            check_unique_keys(os.path.join(build, SIDE_INDEX_NAMES["samples"]), list(counts))
         files_out.update(small)
         files_out[INDEX_UUID] = new_index_uuid()
         if upload is not None:
@@ -310,6 +320,8 @@ def prepare_dataset(
         # exhausted: the last `.tar.idx` files are written (uploaded beside `.nv-meta`) before the index is published
         for _ in scanned:
             pass
+        if not options.energon_index:  # an older index.sqlite would describe other rows
+            storage.remove(f"{META_DIR}/{INDEX_SQLITE}")
         if upload is None:
             storage.publish_folder(META_DIR, files_out, keep_existing=True)
             from energon_arrow.loader.row_index import write_row_index
@@ -318,14 +330,8 @@ def prepare_dataset(
         else:
             upload.finish(INDEX_UUID, files_out[INDEX_UUID])
             upload = None
-        sizes = {f.path: f.size for f in shards}
-        result.shards = len(counts)
-        result.samples = sum(counts.values())
-        result.parts = sum(part_types.values())
-        result.bytes = sum(sizes[p] for p in counts)
-        result.part_types = dict(sorted(part_types.items()))
-        result.splits = {k: len(v) for k, v in split.items()}
-        result.split_samples = {k: sum(counts[s] for s in v) for k, v in split.items()}
+        _clear_work(storage, result)
+        _totals(result, plan.shards, counts, part_types, split)
     except BaseException:
         if upload is not None:
             upload.abort()
@@ -342,37 +348,49 @@ def prepare_dataset(
     return result
 
 
-def _tar_index_only(storage, options, result, progress, start) -> PrepareResult:
-    """energon's --tar-index-only: rewrite the `.tar.idx` of the shards listed in `.info.json`."""
-    info = read_info(storage)
-    names = list(info.shard_counts)
-    if options.exclude:
-        from energon_arrow.index.discover import compile_exclude
-
-        pattern = compile_exclude(options.exclude)
-        names = [n for n in names if not pattern.search(n)]
-    sizes = [(n, storage.stat(n).size) for n in names]
-    workers = max(1, min(options.num_workers or default_workers(), len(sizes) or 1))
-    if progress is not None:
-        progress.start(len(sizes), sum(size for _, size in sizes))
-    for i, index in index_shards(storage, sizes, workers):
-        path, size = sizes[i]
-        result.indexed += 1
-        if isinstance(index, TarFormatError):
-            if not options.skip_bad_shards:
-                raise index
-            result.bad_shards.append(BadShard(path, str(index)))
+def _shard_indexes(storage, plan: Plan, scanned, result: PrepareResult):
+    """`(FileInfo, ShardIndex | TarFormatError)` of every shard in order: reused from the previous index,
+    resumed from the work folder, or read now (`scanned`)."""
+    work = WorkFolder(storage)
+    for f in plan.shards:
+        if plan.reuse[f.path]:
+            index = plan.previous.shard_rows(f.path)
+            result.reused += 1
+            if index.fingerprint is None:  # indexed by a version that did not record fingerprints
+                index.fingerprint = read_fingerprints(storage, [(f.path, f.size, index.data_end)])[0]
+        elif f.path in plan.resumed:
+            index = work.load(f)
+            if index is None:  # removed or torn since the listing: index it here
+                index = index_one(storage, f.path, f.size, False)
+                result.indexed += 1
+            else:
+                result.resumed += 1
+        else:
+            _, index = next(scanned)
+            result.indexed += 1
+            yield f, index
             continue
-        if index.sample_count != info.shard_counts[path]:
-            result.warnings.append(
-                f"{path}: {index.sample_count} samples now, {info.shard_counts[path]} in {INFO_JSON}; "
-                "run a full prepare to update the index"
-            )
-        result.shards += 1
-        result.samples += index.sample_count
-        result.parts += index.part_count
-        result.bytes += size
-        if progress is not None:
-            progress.advance(path, index.sample_count, size)
-    result.seconds = time.perf_counter() - start
-    return result
+        if not isinstance(index, TarFormatError) and plan.files.get(tar_index_name(f.path)) != 8 * (
+            index.sample_count + 1
+        ):
+            write_tar_index(storage, f.path, index.tar_index())
+        yield f, index
+
+
+def _clear_work(storage, result: PrepareResult) -> None:
+    """The work folder of this (and any interrupted) prepare, once the index is published."""
+    try:
+        WorkFolder(storage).clear()
+    except StorageError as exc:
+        result.warnings.append(f"could not remove the work folder {WORK_DIR} ({exc}); delete it by hand")
+
+
+def _totals(result: PrepareResult, shards, counts: dict[str, int], part_types: Counter, split) -> None:
+    sizes = {f.path: f.size for f in shards}
+    result.shards = len(counts)
+    result.samples = sum(counts.values())
+    result.parts = sum(part_types.values())
+    result.bytes = sum(sizes[p] for p in counts)
+    result.part_types = dict(sorted(part_types.items()))
+    result.splits = {k: len(v) for k, v in split.items()}
+    result.split_samples = {k: sum(counts[s] for s in v) for k, v in split.items()}

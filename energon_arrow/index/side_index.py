@@ -10,9 +10,7 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +29,7 @@ from energon_arrow.tar.arrow import from_bytes_list, from_numpy, ints_to_numpy
 from energon_arrow.tar.samples import ShardIndex
 
 _ROW_GROUP_ROWS = 1 << 20
+_COMPACT = 256
 SIDE_INDEX_NAMES = {name: f"arrow/{name}.parquet" for name in ("shards", "samples", "parts")}
 
 
@@ -38,9 +37,18 @@ def _table(schema: pa.Schema, columns: list) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+ENERGON_INDEX_KEY = b"energon_arrow.energon_index"  # shards.parquet metadata: b"false" = no index.sqlite
+
+
+def has_energon_index(shards_schema: pa.Schema) -> bool:
+    """False for a dataset prepared with `--no-energon-index` (no index.sqlite)."""
+    return (shards_schema.metadata or {}).get(ENERGON_INDEX_KEY) != b"false"
+
+
 class SideIndexWriter:
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, energon_index: bool = True):
         self.folder = folder
+        self.energon_index = energon_index
         os.makedirs(os.path.join(folder, "arrow"), exist_ok=True)
         self.paths = {name: os.path.join(folder, rel) for name, rel in SIDE_INDEX_NAMES.items()}
         opts = {"compression": "zstd", "write_statistics": True}
@@ -91,7 +99,17 @@ class SideIndexWriter:
         )
         self._shards.append((shard_id, path, n, size, mtime, etag, index.data_end, index.fingerprint))
         self._pending_rows += m
+        self._compact()
         self._flush()
+
+    def _compact(self) -> None:
+        """Tiny shards: every 256 pending per-shard tables become one (their columns copied once), so that 1M
+        parts from 30-part shards are ~130 tables, not 30k (each holds buffers and objects of its own)."""
+        for tables in self._pending.values():
+            if len(tables) >= _COMPACT + 1 and all(
+                t.num_rows < _ROW_GROUP_ROWS // _COMPACT for t in tables[-_COMPACT:]
+            ):
+                tables[-_COMPACT:] = [pa.concat_tables(tables[-_COMPACT:]).combine_chunks()]
 
     def close(self) -> dict[str, str]:
         self._flush(force=True)
@@ -114,6 +132,8 @@ class SideIndexWriter:
             ],
             schema=SHARDS_SCHEMA,
         )
+        if not self.energon_index:
+            table = table.replace_schema_metadata({ENERGON_INDEX_KEY: b"false"})
         pq.write_table(table, self.paths["shards"], compression="zstd")
         return {rel: self.paths[name] for name, rel in SIDE_INDEX_NAMES.items()}
 
@@ -123,20 +143,67 @@ class SideIndexWriter:
                 w.close()
 
 
-def _read(path) -> pa.Table:
-    return pq.ParquetFile(path).read()  # pq.read_table would import pandas
+class ShardSlices:
+    """The rows of one shard at a time from a side-index Parquet file (rows in shard_id order), read one row group
+    at a time with the row groups' shard_id statistics: an incremental prepare reusing shards in order reads each
+    row group once and holds at most the groups of one shard. Without statistics the whole file is read."""
+
+    def __init__(self, file: pq.ParquetFile):
+        self.file = file
+        meta = file.metadata
+        ranges = []
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(0).statistics
+            if stats is None or not stats.has_min_max:
+                ranges = None
+                break
+            ranges.append((stats.min, stats.max))
+        self.ranges = ranges
+        self._groups: dict[int, tuple[pa.Table, np.ndarray]] = {}
+
+    def _group(self, g: int) -> tuple[pa.Table, np.ndarray]:
+        """Row group `g` (-1: the whole file) and its shard ids as numpy (converted once per group)."""
+        if g not in self._groups:
+            table = self.file.read() if g < 0 else self.file.read_row_group(g)
+            self._groups[g] = (table, ints_to_numpy(table.column("shard_id")))
+        return self._groups[g]
+
+    def rows(self, shard_id: int) -> pa.Table:
+        wanted = (
+            [-1]
+            if self.ranges is None
+            else [g for g, (lo, hi) in enumerate(self.ranges) if lo <= shard_id <= hi]
+        )
+        for g in [g for g in self._groups if g not in wanted]:  # keep only this shard's groups
+            del self._groups[g]
+        pieces = []
+        for g in wanted:
+            table, ids = self._group(g)
+            lo, hi = np.searchsorted(ids, shard_id, "left"), np.searchsorted(ids, shard_id, "right")
+            pieces.append(table.slice(int(lo), int(hi - lo)))
+        return pa.concat_tables(pieces) if pieces else self.file.schema_arrow.empty_table()
+
+    def read_all(self) -> pa.Table:
+        return self.file.read()
 
 
-@dataclass
 class SideIndex:
-    shards: pa.Table
-    samples: pa.Table
-    parts: pa.Table
+    """A prepared dataset's previous side index: `shards` in memory, samples and parts read per shard."""
 
-    def __post_init__(self):
+    def __init__(self, shards: pa.Table, samples: ShardSlices, parts: ShardSlices):
+        self.shards = shards
+        self._samples, self._parts = samples, parts
         self._by_path = {p: i for i, p in enumerate(self.shards.column("path").to_pylist())}
-        self._sample_bounds = _bounds(self.samples.column("shard_id"), len(self.shards))
-        self._part_bounds = _bounds(self.parts.column("shard_id"), len(self.shards))
+
+    @property
+    def samples(self) -> pa.Table:
+        """The whole samples table (reads the file)."""
+        return self._samples.read_all()
+
+    @property
+    def parts(self) -> pa.Table:
+        """The whole parts table (reads the file)."""
+        return self._parts.read_all()
 
     def identity(self, path: str) -> tuple[int, float | None, str | None] | None:
         i = self._by_path.get(path)
@@ -153,10 +220,8 @@ class SideIndex:
     def shard_rows(self, path: str) -> ShardIndex:
         i = self._by_path[path]
         sid = self.shards.column("shard_id")[i].as_py()
-        s0, s1 = self._sample_bounds[sid]
-        p0, p1 = self._part_bounds[sid]
-        samples = self.samples.slice(s0, s1 - s0)
-        parts = self.parts.slice(p0, p1 - p0)
+        samples = self._samples.rows(sid)
+        parts = self._parts.rows(sid)
         return ShardIndex(
             sample_keys=samples.column("sample_key").combine_chunks(),
             sample_offsets=ints_to_numpy(samples.column("byte_offset")),
@@ -170,25 +235,30 @@ class SideIndex:
         )
 
 
-def _bounds(shard_ids: pa.ChunkedArray, n_shards: int) -> dict[int, tuple[int, int]]:
-    ids = ints_to_numpy(shard_ids)
-    if len(ids) == 0:
-        return {}
-    change = np.nonzero(np.diff(ids))[0] + 1
-    starts = np.concatenate([[0], change])
-    ends = np.concatenate([change, [len(ids)]])
-    return {int(ids[s]): (int(s), int(e)) for s, e in zip(starts, ends)}
+def _open_parquet(storage, rel: str) -> pq.ParquetFile:
+    """A side-index file opened for reading in place (local) or by ranged reads (object stores)."""
+    if storage.is_local:
+        path = storage.local_path(rel)
+        if not os.path.exists(path):
+            raise NotFound(storage.url_of(rel), "no such file")
+        return pq.ParquetFile(path)
+    try:
+        return pq.ParquetFile(storage.retrying_fs.open(storage.path_of(rel), "rb"))
+    except FileNotFoundError:
+        raise NotFound(storage.url_of(rel), "no such file") from None
 
 
 def read_side_index(storage) -> SideIndex | None:
-    tables = {}
+    files = {}
     for name, rel in SIDE_INDEX_NAMES.items():
         try:
-            data = storage.read_bytes(f"{SIDE_INDEX_DIR.split('/', 1)[0]}/{rel}")
+            files[name] = _open_parquet(storage, f"{SIDE_INDEX_DIR.split('/', 1)[0]}/{rel}")
         except NotFound:
             return None
-        tables[name] = with_optional_columns(_read(io.BytesIO(data)), name)
-    for name, schema in (("shards", SHARDS_SCHEMA), ("samples", SAMPLES_SCHEMA), ("parts", PARTS_SCHEMA)):
-        if tables[name].schema.names != schema.names:
+    shards = with_optional_columns(files["shards"].read(), "shards")
+    if shards.schema.names != SHARDS_SCHEMA.names:
+        return None
+    for name, schema in (("samples", SAMPLES_SCHEMA), ("parts", PARTS_SCHEMA)):
+        if files[name].schema_arrow.names != schema.names:
             return None
-    return SideIndex(tables["shards"], tables["samples"], tables["parts"])
+    return SideIndex(shards, ShardSlices(files["samples"]), ShardSlices(files["parts"]))

@@ -20,12 +20,15 @@ from collections.abc import Iterator
 from energon_arrow.adapters.errors import classify
 from energon_arrow.adapters.publish import put_objects
 from energon_arrow.index.fingerprint import read_fingerprints
+from energon_arrow.index.resume import WorkFolder
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_shard
 from energon_arrow.tar.samples import ShardIndex
 
 
-def index_one(storage, rel: str, size: int, write_tar_idx: bool) -> ShardIndex | TarFormatError:
+def index_one(
+    storage, rel: str, size: int, write_tar_idx: bool, work_entry: str | None = None
+) -> ShardIndex | TarFormatError:
     try:
         result = index_shard(storage, rel, size)
     except TarFormatError as exc:
@@ -33,6 +36,8 @@ def index_one(storage, rel: str, size: int, write_tar_idx: bool) -> ShardIndex |
     result.fingerprint = read_fingerprints(storage, [(rel, size, result.data_end)])[0]  # a few small reads
     if write_tar_idx:
         write_tar_index(storage, rel, result.tar_index())
+    if work_entry is not None:  # after the .tar.idx: an entry means the shard is done
+        WorkFolder(storage).save(work_entry, result)
     return result
 
 
@@ -100,12 +105,15 @@ def index_shards(
     shards: list[tuple[str, int]],
     num_workers: int,
     write_tar_idx: bool = True,
+    work_entries: list[str] | None = None,
 ) -> Iterator[tuple[int, ShardIndex | TarFormatError]]:
+    """`work_entries[i]`: where the worker keeps shard i's rows for a resumed prepare (`resume.WorkFolder`)."""
     if not shards:
         return
+    entries = work_entries or [None] * len(shards)
     if num_workers <= 1 and storage.is_local:  # in-process
         for i, (rel, size) in enumerate(shards):
-            yield i, index_one(storage, rel, size, write_tar_idx)
+            yield i, index_one(storage, rel, size, write_tar_idx, entries[i])
         return
     # bounded look-ahead: results are consumed in order. Remote: a short one, so that the consumer (index.sqlite
     # writer) is never far behind the downloads when they end; on a busy CPU the downloads then wait for it
@@ -118,14 +126,14 @@ def index_shards(
         pool = cf.ThreadPoolExecutor(max(1, num_workers), thread_name_prefix="ea-fetch")
     in_worker = write_tar_idx and storage.is_local
 
-    def submit(rel, size):
-        return pool.submit(index_one, storage, rel, size, in_worker)
+    def submit(i, rel, size):
+        return pool.submit(index_one, storage, rel, size, in_worker, entries[i])
 
     pending: deque = deque()
     try:
         it = iter(enumerate(shards))
         for i, (rel, size) in it:
-            pending.append((i, submit(rel, size)))
+            pending.append((i, submit(i, rel, size)))
             if len(pending) >= window:
                 break
         while pending:
@@ -134,7 +142,7 @@ def index_shards(
             nxt = next(it, None)
             if nxt is not None:
                 j, (rel, size) = nxt
-                pending.append((j, submit(rel, size)))
+                pending.append((j, submit(j, rel, size)))
             if remote_idx is not None:
                 if not isinstance(result, TarFormatError):
                     remote_idx.add(shards[i][0], result.tar_index())

@@ -40,6 +40,26 @@ def _int_range(prefix: str, lo: str, hi: str, suffix: str) -> list[str]:
     return [fmt % i for i in numbers]
 
 
+def _any_special(entries: list[str]) -> bool:
+    joined = "".join(entries)  # three memchr-speed scans instead of a regex over every entry
+    return "{" in joined or "}" in joined or "\\" in joined
+
+
+def expand_all(entries: list[str], where: str | None = None) -> list[str]:
+    """`expand_braces` of every entry, concatenated; one scan of all entries when none has a brace (split.yaml
+    files may hold a million exclude entries)."""
+    if not _any_special(entries):
+        return list(entries)
+    return [s for e in entries for s in expand_braces(e, where)]
+
+
+def check_all(entries: list[str], where: str | None = None) -> None:
+    """`check_braces` of every entry (one scan when none has a brace)."""
+    if _any_special(entries):
+        for e in entries:
+            check_braces(e, where)
+
+
 def check_braces(text: str, where: str | None = None) -> None:
     """Raise the MetaError of `expand_braces` for a pattern braceexpand refuses, without expanding it."""
     if _SPECIAL.search(text) is not None:

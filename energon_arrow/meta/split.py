@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 from energon_arrow.adapters import NotFound
 from energon_arrow.meta._yaml import dump_yaml, parse_json, parse_yaml
-from energon_arrow.meta.braces import check_braces, collapse_names, expand_braces
+from energon_arrow.meta.braces import check_all, collapse_names, expand_all, expand_braces
 from energon_arrow.meta.constants import META_DIR, SPLIT_YAML
 from energon_arrow.meta.errors import MetaError
+from energon_arrow.meta.split_lines import parse_split_lines
 
 DEFAULT_SPLIT_NAMES = ("train", "val", "test")
 
@@ -41,31 +42,33 @@ class SplitConfig:
 
     def expanded(self) -> SplitConfig:
         return SplitConfig(
-            {
-                name: [s for e in entries for s in expand_braces(e)]
-                for name, entries in self.split_parts.items()
-            },
-            [s for e in self.exclude for s in expand_braces(e)],
+            {name: expand_all(entries) for name, entries in self.split_parts.items()},
+            expand_all(self.exclude),
         )
 
     def excluded_shards(self, shards=None) -> set[str]:
         """Whole shards excluded: expanded entries naming a shard of `shards` (default: not `<x>.tar/<key>`)."""
-        known = None if shards is None else set(shards)
-        return {e for e in self.expanded().exclude if (e in known if known is not None else ".tar/" not in e)}
+        return self.classify_excludes(shards)[0]
 
     def excluded_samples(self, shards=None) -> dict[str, set[str]]:
         """`"<shard>/<sample key>"` entries as shard -> excluded keys (the longest known shard prefix wins)."""
+        return self.classify_excludes(shards)[1]
+
+    def classify_excludes(self, shards=None) -> tuple[set[str], dict[str, set[str]]]:
+        """(`excluded_shards`, `excluded_samples`) from one brace expansion of `exclude`."""
         known = None if shards is None else set(shards)
+        whole: set[str] = set()
         out: dict[str, set[str]] = {}
-        for e in self.expanded().exclude:
-            if known is not None and e in known:
+        for e in expand_all(self.exclude):
+            if e in known if known is not None else ".tar/" not in e:
+                whole.add(e)
                 continue
             cut = e.rfind("/")  # from the last "/" backwards: the longest matching prefix wins
             while cut > 0 and not (e[:cut] in known if known is not None else e[:cut].endswith(".tar")):
                 cut = e.rfind("/", 0, cut)
             if cut > 0:
                 out.setdefault(e[:cut], set()).add(e[cut + 1 :])
-        return out
+        return whole, out
 
     def shards(self, part: str) -> list[str]:
         """Expanded shard list of `part`, minus excluded entries (energon's WebdatasetMeta order)."""
@@ -77,7 +80,9 @@ class SplitConfig:
 
 
 def parse_split(text: str, where: str = SPLIT_YAML, json_format: bool = False) -> SplitConfig:
-    raw = parse_json(text, where) if json_format else parse_yaml(text, where)
+    raw = parse_split_lines(text) if not json_format else None  # the common layouts, fast
+    if raw is None:
+        raw = parse_json(text, where) if json_format else parse_yaml(text, where)
     if not isinstance(raw, dict) or "split_parts" not in raw:
         raise MetaError(f"{where}: expected a mapping with 'split_parts'")
     unknown = set(raw) - {"split_parts", "exclude"}
@@ -96,10 +101,8 @@ def parse_split(text: str, where: str = SPLIT_YAML, json_format: bool = False) -
     if not isinstance(exclude, list) or not all(isinstance(e, str) for e in exclude):
         raise MetaError(f"{where}: 'exclude' must be a list of shard paths or '<shard>/<sample key>' entries")
     for name, entries in out.items():
-        for e in entries:
-            check_braces(e, f"{where}: split_parts[{name!r}]")
-    for e in exclude:
-        check_braces(e, f"{where}: exclude")
+        check_all(entries, f"{where}: split_parts[{name!r}]")
+    check_all(exclude, f"{where}: exclude")
     return SplitConfig(out, list(exclude))
 
 

@@ -9,6 +9,7 @@ from energon_arrow.query.errors import (
     StaleIndexError,
 )
 from energon_arrow.query.join import JoinMember, join_datasets, join_index_bytes
+from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.result import QueryResult
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "JoinMember",
     "NotPreparedError",
     "QueryError",
+    "QueryLimits",
     "QueryResult",
     "ReadOnlyError",
     "StaleIndexError",

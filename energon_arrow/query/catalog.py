@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from energon_arrow.adapters import Storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR
+from energon_arrow.query.limits import QueryLimits
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
@@ -48,9 +49,9 @@ DERIVED_VIEWS = {
         """SELECT sp.split, sp.position AS shard_position, s.shard_id, sp.path AS shard_path, s.sample_index,
                   s.sample_key, s.byte_offset, s.byte_size
            FROM _split_shards sp JOIN samples s ON s.shard_id = sp.shard_id
-           WHERE NOT sp.excluded
-             AND NOT EXISTS (SELECT 1 FROM _exclude_entries e
-                             WHERE e.kind = 'sample' AND e.shard_id = s.shard_id AND e.sample_key = s.sample_key)""",
+           ANTI JOIN (SELECT shard_id, sample_key FROM _exclude_entries WHERE kind = 'sample') e
+                ON e.shard_id = s.shard_id AND e.sample_key = s.sample_key
+           WHERE NOT sp.excluded""",
     ),
 }
 
@@ -89,9 +90,12 @@ def connect(
     base: dict[str, pa.Table | None],
     splits: pa.Table,
     excludes: pa.Table,
+    limits: QueryLimits | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A locked, read-only connection with every view. `base[name]` None = read `.nv-meta/arrow/{name}.parquet`."""
+    """A locked, read-only connection with every view. `base[name]` None = read `.nv-meta/arrow/{name}.parquet`.
+    `limits`: memory limit, spill folder and threads (`QueryLimits()` defaults when None)."""
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
+    (limits or QueryLimits()).apply(con)
     reads_files = any(t is None for t in base.values()) and _duckdb_reads(storage)
     if reads_files and not storage.is_local:
         con.register_filesystem(storage.retrying_fs)  # DuckDB reads through it: its requests retry there

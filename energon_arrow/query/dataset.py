@@ -11,11 +11,13 @@ import pyarrow as pa
 
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
+from energon_arrow.index.side_index import has_energon_index
 from energon_arrow.meta.info import read_info
 from energon_arrow.meta.split import read_split
 from energon_arrow.query import catalog
 from energon_arrow.query.errors import QueryError
 from energon_arrow.query.guard import check_read_only, explain_error
+from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.result import QueryResult
 from energon_arrow.query.sideindex import load_side_index, verify_shards
 from energon_arrow.query.splits import split_tables
@@ -40,12 +42,20 @@ class Dataset:
     """
 
     def __init__(
-        self, storage: Storage, *, verify: bool = True, split_config: str = "split.yaml", publish: bool = True
+        self,
+        storage: Storage,
+        *,
+        verify: bool = True,
+        split_config: str = "split.yaml",
+        publish: bool = True,
+        limits: QueryLimits | None = None,
     ):
         self.storage = storage
         self.info = read_info(storage)
         side = load_side_index(storage, publish=publish)
         self.index_source = side.source
+        # False: prepared with --no-energon-index (no index.sqlite)
+        self.energon_index = has_energon_index(side.tables["shards"].schema)
         if verify:
             verify_shards(storage, side.tables["shards"], list(self.info.shard_counts))
         self.split_config_name = split_config
@@ -57,7 +67,7 @@ class Dataset:
         base = {name: (None if in_place else side.tables[name]) for name in SIDE_INDEX_FILES}
         self._lock = threading.Lock()
         self._base = base
-        self._con = catalog.connect(storage, base, splits, excludes)
+        self._con = catalog.connect(storage, base, splits, excludes, limits)
         self._columns: dict[str, list[str]] | None = None
 
     # ---- introspection ------------------------------------------------------------------------------------
@@ -120,6 +130,23 @@ class Dataset:
         if self.storage.is_local:
             return pl.scan_parquet(self.storage.local_path(rel))
         return pl.scan_pyarrow_dataset(catalog.parquet_dataset(self.storage, rel))
+
+    def batches(self, name: str, columns: list[str], batch_size: int = 1 << 20):
+        """Record batches of side-index table `name` (`columns` only), streamed from the file in place (or from
+        the in-memory table of a converted index): memory for one batch."""
+        table = self._base[name]
+        if table is not None:
+            yield from table.select(columns).to_batches(max_chunksize=batch_size)
+            return
+        import pyarrow.parquet as pq
+
+        rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
+        if self.storage.is_local:
+            source = self.storage.local_path(rel)
+        else:
+            source = self.storage.retrying_fs.open(self.storage.path_of(rel), "rb")
+        with pq.ParquetFile(source) as f:
+            yield from f.iter_batches(batch_size=batch_size, columns=columns)
 
     @property
     def samples(self):
@@ -231,13 +258,19 @@ def open_dataset(
     verify: bool = True,
     split_config: str = "split.yaml",
     publish: bool = True,
+    limits: QueryLimits | None = None,
 ) -> Dataset:
     """Open a prepared dataset (local folder or `s3://bucket/prefix`) for SQL queries and split resolution.
 
     A dataset prepared by energon without our Parquet side index is converted from its index.sqlite on first
     use (published under `.nv-meta/arrow/` when `publish` and the store is writable). `verify` compares every
-    shard's size/mtime/ETag with the store and raises StaleIndexError naming a changed shard.
+    shard's size/mtime/ETag with the store and raises StaleIndexError naming a changed shard. `limits`: DuckDB's
+    memory limit, spill folder and threads (bounded defaults, see `energon_arrow.query.limits`).
     """
     return Dataset(
-        open_storage(path_or_url, storage_options), verify=verify, split_config=split_config, publish=publish
+        open_storage(path_or_url, storage_options),
+        verify=verify,
+        split_config=split_config,
+        publish=publish,
+        limits=limits,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from energon_arrow.adapters import NotFound
 from energon_arrow.meta.dataset_yaml import read_dataset_yaml
 from energon_arrow.query.dataset import Dataset
+from energon_arrow.query.part_counts import samples_per_part
 
 SPLIT_ORDER = ("train", "val", "test")
 
@@ -35,9 +36,16 @@ def dataset_info(ds: Dataset, dataset_config: str = "dataset.yaml") -> dict:
         "SELECT count(*) AS shards, coalesce(sum(size), 0)::BIGINT AS bytes, coalesce(sum(sample_count), 0)::BIGINT "
         "AS samples FROM shards"
     ).to_pylist()[0]
+    # the part_types view's columns; its distinct-sample count in one streaming pass (part_counts.py)
     parts = ds._internal(
-        "SELECT * EXCLUDE (avg_bytes), round(avg_bytes, 1) AS avg_bytes FROM part_types"
+        """SELECT part_name::VARCHAR AS part_name, count(*) AS parts, sum(content_size)::BIGINT AS total_bytes,
+                  min(content_size) AS min_bytes, max(content_size) AS max_bytes,
+                  round(avg(content_size), 1) AS avg_bytes
+           FROM parts GROUP BY part_name ORDER BY part_name"""
     ).to_pylist()
+    having = samples_per_part(ds.batches("parts", ["shard_id", "sample_index", "part_name"]))
+    parts = [{"part_name": p["part_name"], "parts": p["parts"], "samples": having.get(p["part_name"], 0),
+              **{k: p[k] for k in ("total_bytes", "min_bytes", "max_bytes", "avg_bytes")}} for p in parts]  # fmt: skip
     splits = ds._internal(
         """SELECT sp.split, count(*) AS shards, sum(sh.sample_count)::BIGINT AS samples,
                   count(*) FILTER (sp.excluded) AS excluded_shards
@@ -71,10 +79,19 @@ def dataset_info(ds: Dataset, dataset_config: str = "dataset.yaml") -> dict:
         "energon_version": ds.info.energon_version or "unknown",
         "sample_type": _sample_type(ds, dataset_config),
         "index": ds.index_source,
+        "energon_index": ds.energon_index,
         "part_types": parts,
         "splits": split_rows,
         "exclude": {row["kind"]: {"entries": row["n"], "unmatched": row["unmatched"]} for row in excluded},
     }
+
+
+ENERGON_INDEX_LINE = {
+    True: "energon index (index.sqlite): written; energon and energon-arrow can load this dataset",
+    False: "energon index (index.sqlite): none (prepared with --no-energon-index); energon-arrow loads all of "
+    "this dataset, energon only iterates it: its joins (join:), file stores (aux:), lookups by key and "
+    "`energon mount` need index.sqlite",
+}
 
 
 def format_info(info: dict) -> str:
@@ -103,4 +120,5 @@ def format_info(info: dict) -> str:
             line += f" ({e['unmatched']:,} match nothing)"
         lines.append(line)
     lines.append(f"  * Index: {info['index']}")
+    lines.append(f"  * {ENERGON_INDEX_LINE[info['energon_index']]}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ sample (energon compares `f"{shard}/{key}"`, so keys are matched within their ow
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from energon_arrow.meta.errors import MetaError
 from energon_arrow.meta.split import SplitConfig
@@ -51,19 +52,59 @@ def split_tables(config: SplitConfig, shard_paths: list[str], where: str) -> tup
             ):
                 rows[name].append(value)
     splits = pa.Table.from_pydict(rows, schema=SPLITS_SCHEMA)
-    rows = []  # (entry, kind, path, key)
-    whole = config.excluded_shards(shard_paths)
-    rows += [(path, "shard", path, None) for path in sorted(whole, key=shard_ids.__getitem__)]
-    for path, keys in config.excluded_samples(shard_paths).items():
-        rows += [(f"{path}/{key}", "sample", path, key) for key in sorted(keys)]
-    placed = {r[0] for r in rows}
+    excludes = exclude_table(expanded.exclude, shard_paths)
+    return splits, excludes
+
+
+def exclude_table(entries: list[str], shard_paths: list[str]) -> pa.Table:
+    """Expanded `exclude` entries as rows (EXCLUDES_SCHEMA, duplicates once): whole shards by shard id, then
+    samples by shard id and key, then entries naming no shard (in their order). Vectorised: entries that are a
+    shard, or a shard and a key without `/`, are classified by Arrow kernels; the rest (keys with `/`, unknown
+    entries) by `SplitConfig.classify_excludes`, one by one."""
+    shards = pa.array(shard_paths, pa.string())
+    values = pa.array(entries, pa.string())
+    whole = pc.is_in(values, value_set=shards)
+    cut = pc.split_pattern(values, "/", max_splits=1, reverse=True)
+    has_cut = pc.equal(pc.list_value_length(cut), 2)
+    prefix = pc.if_else(has_cut, pc.list_element(cut, 0), pa.scalar(None, pa.string()))
+    key = pc.list_element(cut, 1)
+    sample = pc.and_(pc.invert(whole), pc.fill_null(pc.is_in(prefix, value_set=shards), False))
+    rest = pc.filter(values, pc.invert(pc.or_(whole, sample))).to_pylist()
+    _, more = SplitConfig({}, rest).classify_excludes(shard_paths) if rest else (set(), {})
+    more_paths = [p for p, keys in more.items() for _ in keys]
+    more_keys = [k for keys in more.values() for k in keys]
+    paths = pa.concat_arrays(
+        [pc.filter(values, whole), pc.filter(prefix, sample), pa.array(more_paths, pa.string())]
+    )
+    keys = pa.concat_arrays(
+        [
+            pa.nulls(pc.sum(whole).as_py() or 0, pa.string()),
+            pc.filter(key, sample),
+            pa.array(more_keys, pa.string()),
+        ]
+    )
+    ids = pc.index_in(paths, value_set=shards).cast(pa.int32())
+    rows = pa.table({"path": paths, "sample_key": keys, "shard_id": ids, "is_sample": pc.is_valid(keys)})
+    rows = rows.sort_by([("is_sample", "ascending"), ("shard_id", "ascending"), ("sample_key", "ascending")])
+    ids, paths, keys = (rows.column(c).combine_chunks() for c in ("shard_id", "path", "sample_key"))
+    if len(rows) > 1:  # the same entry more than once: one row
+        same = pc.and_(
+            pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)),
+            pc.fill_null(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1)), True),
+        )
+        keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
+        ids, paths, keys = (pc.filter(c, keep) for c in (ids, paths, keys))
+    kind = pc.if_else(pc.is_null(keys), "shard", "sample")
+    entry = pc.if_else(pc.is_null(keys), paths, pc.binary_join_element_wise(paths, keys, "/"))
     # entries naming no shard of this dataset: reported by the `excluded` view, they match nothing
-    rows += [(e, "unknown", None, None) for e in dict.fromkeys(expanded.exclude) if e not in placed]
-    entry, kind, path, key = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
-    ids = [shard_ids.get(p) for p in path]
-    excludes = pa.Table.from_arrays(
-        [pa.array(entry, pa.string()), pa.array(kind, pa.string()), pa.array(ids, pa.int32()),
-         pa.array(path, pa.string()), pa.array(key, pa.string())],
+    placed = {f"{p}/{k}" for p, keys_ in more.items() for k in keys_}
+    unknown = pa.array([e for e in dict.fromkeys(rest) if e not in placed], pa.string())
+    n = len(unknown)
+    return pa.Table.from_arrays(
+        [pa.concat_arrays([entry, unknown]),
+         pa.concat_arrays([kind, pa.array(["unknown"] * n, pa.string())]),
+         pa.concat_arrays([ids, pa.nulls(n, pa.int32())]),
+         pa.concat_arrays([paths, pa.nulls(n, pa.string())]),
+         pa.concat_arrays([keys, pa.nulls(n, pa.string())])],
         schema=EXCLUDES_SCHEMA,
     )  # fmt: skip
-    return splits, excludes

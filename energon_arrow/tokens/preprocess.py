@@ -62,7 +62,23 @@ def output_prefix_for(prefix: str, key: str) -> str:
 def preprocess(
     inputs: Sequence[str], output_prefix: str, opts: PreprocessOptions, progress: ProgressFn | None = None
 ):
-    """Tokenize `inputs` (paths, globs or URLs) into `{output_prefix}_{key}_document.bin/.idx`; returns a summary."""
+    """Tokenize `inputs` (paths, globs or URLs) into `{output_prefix}_{key}_document.bin/.idx`; returns a summary.
+    Under torch.distributed see `energon_arrow.tokens.preprocess_dist.preprocess_distributed`."""
+    tok, dtype = check_options(opts)
+    t0 = time.perf_counter()
+    files = expand_inputs(inputs, opts.storage_options)
+    units = plan_units(files, opts.workers, opts.min_split_bytes)
+    part_dir = private_mkdtemp("ea-preprocess-", opts.tmp_dir)
+    try:
+        results = run_units(units, opts, dtype, part_dir, progress or (lambda d, t, b: None))
+        outputs = merge_parts(results, output_prefix, opts, dtype)
+    finally:
+        shutil.rmtree(part_dir, ignore_errors=True)
+    return summarize(files, len(units), opts, tok, dtype, results, outputs, t0)
+
+
+def check_options(opts: PreprocessOptions):
+    """(tokenizer, token dtype) for `opts`, after checking them."""
     if opts.workers < 1:
         raise ValueError("workers must be at least 1")
     if opts.max_documents is not None and opts.max_documents < 0:
@@ -72,16 +88,10 @@ def preprocess(
     tok = _tokenizer(opts.tokenizer)  # cached: forked workers inherit it instead of loading it again
     if opts.append_eod and tok.eod is None:
         raise TokenizerError(f"{tok.name}: no end-of-document token found; pass --eod-token")
-    dtype = optimal_dtype(tok.vocab_size)
-    t0 = time.perf_counter()
-    files = expand_inputs(inputs, opts.storage_options)
-    units = plan_units(files, opts.workers, opts.min_split_bytes)
-    part_dir = private_mkdtemp("ea-preprocess-", opts.tmp_dir)
-    try:
-        results = _run_units(units, opts, dtype, part_dir, progress or (lambda d, t, b: None))
-        outputs = _merge_parts(results, output_prefix, opts, dtype)
-    finally:
-        shutil.rmtree(part_dir, ignore_errors=True)
+    return tok, optimal_dtype(tok.vocab_size)
+
+
+def summarize(files, n_units: int, opts, tok, dtype, results: list[dict], outputs: dict, t0: float) -> dict:
     seconds = time.perf_counter() - t0
     docs = sum(r["documents"] for r in results)
     if opts.max_documents is not None:
@@ -91,7 +101,7 @@ def preprocess(
     bad = [r["first_bad_line"] for r in results if r["first_bad_line"]]
     return {
         "inputs": [f.url for f in files],
-        "work_units": len(units),
+        "work_units": n_units,
         "workers": opts.workers,
         "tokenizer": tok.name,
         "vocab_size": tok.vocab_size,
@@ -120,13 +130,18 @@ def _init_worker(q) -> None:
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 
-def _run_units(units: list[WorkUnit], opts, dtype, part_dir, progress: ProgressFn) -> list[dict]:
+def run_units(
+    units: list[WorkUnit], opts, dtype, part_dir, progress: ProgressFn, numbers=None, spool_dir=None
+) -> list[dict]:
+    """Each unit's part (named by `numbers[k]`, its place in the whole input; default k) under `part_dir` (a
+    local folder or a URL), spooling index arrays in `spool_dir` (default `part_dir`)."""
+    numbers = list(range(len(units))) if numbers is None else numbers
     if opts.workers == 1 or len(units) == 1:  # in order, up to --max-documents (later units are not read)
         results, left = [], opts.max_documents
         for k, u in enumerate(units):
             if left is not None and left <= 0 and results:
                 break
-            results.append(_process_unit(u, k, opts, dtype, part_dir, progress))
+            results.append(_process_unit(u, numbers[k], opts, dtype, part_dir, progress, spool_dir))
             if left is not None:
                 left -= results[-1]["documents"]
         return results
@@ -134,7 +149,10 @@ def _run_units(units: list[WorkUnit], opts, dtype, part_dir, progress: ProgressF
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     with ProcessPoolExecutor(min(opts.workers, len(units)), ctx, _init_worker, (q,)) as pool:
-        futures = [pool.submit(_process_unit, u, k, opts, dtype, part_dir, None) for k, u in enumerate(units)]
+        futures = [
+            pool.submit(_process_unit, u, numbers[k], opts, dtype, part_dir, None, spool_dir)
+            for k, u in enumerate(units)
+        ]
         try:
             pending = set(futures)
             while pending:
@@ -193,15 +211,20 @@ def _drain(q, progress: ProgressFn) -> None:
             return
 
 
-def _process_unit(unit: WorkUnit, index: int, opts: PreprocessOptions, dtype, part_dir: str, progress):
-    """Tokenize one unit into one local part per key; returns counts and part prefixes."""
+def _process_unit(
+    unit: WorkUnit, index: int, opts: PreprocessOptions, dtype, part_dir: str, progress, spool_dir=None
+):
+    """Tokenize one unit into one part per key (under `part_dir`, local or a URL); returns counts and part
+    prefixes."""
     if progress is None:
         progress = (lambda d, t, b: _QUEUE.put((d, t, b))) if _QUEUE is not None else (lambda d, t, b: None)
     tok = _tokenizer(opts.tokenizer)
     keys = opts.json_keys
-    parts = {k: os.path.join(part_dir, f"u{index:06d}_{k}") for k in keys}
-    writers = {k: TokenWriter(parts[k], dtype, spool_dir=part_dir) for k in keys}
+    parts = {k: f"{part_dir.rstrip('/')}/u{index:06d}_{k}" for k in keys}
+    options = opts.storage_options if "://" in part_dir else None  # parts beside a remote output
+    writers = {k: TokenWriter(parts[k], dtype, options, spool_dir=spool_dir or part_dir) for k in keys}
     stats = {"documents": 0, "bytes": 0, "bad_lines": 0, "first_bad_line": None, "parts": parts}
+    stats["part_options"] = options
     batch: list[list[str]] = []
     pending_bytes = 0
     url = unit.file.url
@@ -273,7 +296,7 @@ def with_eod(ids: np.ndarray, lengths: np.ndarray, eod: int) -> tuple[np.ndarray
 
 
 # ---- merging ------------------------------------------------------------------------------------------------
-def _merge_parts(results: list[dict], output_prefix: str, opts: PreprocessOptions, dtype) -> dict[str, Any]:
+def merge_parts(results: list[dict], output_prefix: str, opts: PreprocessOptions, dtype) -> dict[str, Any]:
     outputs = {}
     for key in opts.json_keys:
         with TokenWriter(
@@ -286,7 +309,7 @@ def _merge_parts(results: list[dict], output_prefix: str, opts: PreprocessOption
             for r in results:
                 if left is not None and left <= 0:
                     break
-                w.add_index(r["parts"][key], max_documents=left)
+                w.add_index(r["parts"][key], r["part_options"], max_documents=left)
                 if left is not None:
                     left -= r["documents"]
             summary = w.finalize()

@@ -59,18 +59,21 @@ def sequence_table(ds, storage_options=None) -> pa.Table:
     return pa.table(cols)
 
 
-def token_sql(ds, sql: str, storage_options=None) -> pa.Table:
+def token_sql(ds, sql: str, storage_options=None, limits=None) -> pa.Table:
     """Run read-only DuckDB SQL over the views `documents` and `sequences` of a token dataset (the same
-    read-only contract as the WebDataset catalog: only reads, no file access, locked configuration)."""
+    read-only contract as the WebDataset catalog: only reads, no file access, locked configuration, and the
+    same memory limit / spill folder / threads: `limits`, a `QueryLimits`, defaults when None)."""
     import duckdb
 
     from energon_arrow.query.catalog import DUCKDB_CONFIG
     from energon_arrow.query.guard import check_read_only, explain_error
+    from energon_arrow.query.limits import QueryLimits
 
     ds = _open(ds, storage_options)
     views = {"documents": document_table(ds), "sequences": sequence_table(ds)}
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
     try:
+        (limits or QueryLimits()).apply(con)
         for name, table in views.items():
             con.register(name, table)
         con.execute("SET enable_external_access = false")

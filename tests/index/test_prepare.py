@@ -20,9 +20,12 @@ RATIO = parse_split_ratio("8,1,1")
 
 
 def _meta(root: str) -> dict[str, bytes]:
+    """The published .nv-meta files (not the work folder an interrupted prepare leaves for the next run)."""
     meta = os.path.join(root, ".nv-meta")
     out = {}
     for dirpath, _, names in os.walk(meta):
+        if os.path.relpath(dirpath, meta).startswith(".prepare-work"):
+            continue
         for n in names:
             p = os.path.join(dirpath, n)
             out[os.path.relpath(p, meta)] = Path(p).read_bytes()
@@ -114,6 +117,8 @@ def test_interrupt_keeps_old_index(dataset, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, force=True))
     assert _meta(dataset) == old
+    # every shard's rows wait in the work folder for the next run
+    assert len(os.listdir(os.path.join(dataset, ".nv-meta", ".prepare-work"))) == 6
     assert sorted(os.listdir(dataset)) == [".nv-meta", "shards"]  # no build folder left behind
 
 
@@ -175,8 +180,9 @@ def test_duplicate_keys_across_shards(dataset):
         f.write(dup)
     with pytest.raises(DuplicateKeyError, match="duplicate sample key"):
         prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
-    assert not os.path.exists(os.path.join(dataset, ".nv-meta"))
+    assert _meta(dataset) == {}  # nothing published (the indexed shards wait in the work folder)
     result = prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, skip_bad_shards=True))
+    assert result.resumed == 6 and result.indexed == 0
     assert [b.path for b in result.bad_shards] == ["shards/shard-000000.tar"]  # a-dup.tar comes first
     info = read_info(open_storage(dataset))
     assert "shards/shard-000000.tar" not in info.shard_counts and len(info.shard_counts) == 5
@@ -201,7 +207,7 @@ def test_split_and_dataset_yaml_errors(dataset):
                 dataset_yaml=field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "png"}),
             ),
         )
-    assert not os.path.exists(os.path.join(dataset, ".nv-meta"))
+    assert _meta(dataset) == {}  # nothing published
     with pytest.raises(MetaError, match="no .tar shards"):
         prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, exclude="shard"))
 

@@ -73,4 +73,4 @@ def test_rank_failure_fails_every_rank(tmp_path):
     ranks = _run_ranks(root, "--split-ratio", "1,0,0")
     assert all(rc != 0 for rc, _, _ in ranks), ranks
     assert "shard-000001.tar" in ranks[0][2] and "truncated" in ranks[0][2]
-    assert not os.path.exists(os.path.join(root, ".nv-meta"))
+    assert not os.path.exists(os.path.join(root, ".nv-meta", ".info.json"))  # nothing published
