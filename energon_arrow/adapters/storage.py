@@ -421,7 +421,9 @@ class Storage:
             return
         if not self.is_local:  # s3fs's bulk delete drops per-key errors: check that nothing is left
             found = self._call(rel, lambda: self.fs.find(path, detail=True))
-            left = [k for k, info in found.items() if info.get("type") != "directory"]  # empty folders may stay
+            left = [
+                k for k, info in found.items() if info.get("type") != "directory"
+            ]  # empty folders may stay
             if left:
                 raise StorageError(
                     self.url_of(rel),
