@@ -421,9 +421,8 @@ class Storage:
             return
         if not self.is_local:  # s3fs's bulk delete drops per-key errors: check that nothing is left
             found = self._call(rel, lambda: self.fs.find(path, detail=True))
-            left = [
-                k for k, info in found.items() if info.get("type") != "directory"
-            ]  # empty folders may stay
+            # a store may keep an emptied folder's entry (SeaweedFS does): only files count as left over
+            left = [k for k, info in found.items() if info.get("type") != "directory"]
             if left:
                 raise StorageError(
                     self.url_of(rel),
