@@ -48,12 +48,16 @@ KILLED_PREPARE = textwrap.dedent(
 )
 
 
+_PER_RUN = {".nv-meta/index.uuid", ".nv-meta/arrow/loader/manifest.json"}
+
+
 def _published(root: str) -> dict[str, bytes]:
-    """Every file of the dataset but the shards: .nv-meta (index.uuid is random per run) and the .tar.idx files."""
+    """Every file of the dataset but the shards: .nv-meta and the .tar.idx files. Left out: index.uuid (random per
+    run) and the loader's row-index manifest (it names the side index it was built from by uuid and mtime)."""
     out = {}
     for path in Path(root).rglob("*"):
         rel = str(path.relative_to(root))
-        if path.is_file() and not rel.endswith(".tar") and rel != ".nv-meta/index.uuid":
+        if path.is_file() and not rel.endswith(".tar") and rel not in _PER_RUN:
             out[rel] = path.read_bytes()
     return out
 
