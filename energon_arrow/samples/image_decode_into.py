@@ -166,13 +166,19 @@ def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine, scra
         held = pixel_view(img) if held is None else held
         arr = held if held.ndim == 2 else held[..., :channels]
     chw = arr.ndim == 3 and layout == "CHW"
-    if not as_float and chw and scratch is not None and held.shape[2] == 4 and held.flags.c_contiguous:
-        scratch.planes(held, out)
-        return
     src = arr.transpose(2, 0, 1) if chw else arr
+    if chw and scratch is not None and held.shape[2] == 4 and held.flags.c_contiguous:
+        # 4-byte pixels: uint8 planes by whole-word shifts (into `out`, or a scratch buffer to convert from)
+        src = out if not as_float else scratch.planes_buffer(out.shape)
+        scratch.planes(held, src)
+        if not as_float:
+            return
     if not as_float:
         np.copyto(out, src)
         return
+    if src.flags.c_contiguous:
+        np.copyto(out, src)  # contiguous uint8 -> float32: one vectorised cast, then in place
+        src = out
     if affine is None:
         np.divide(src, _U8_MAX, out=out, dtype=np.float32)
         return

@@ -28,6 +28,7 @@ class DecodeScratch:
         self._key: tuple | None = None
         self._core = None
         self._tmp = np.empty(0, np.uint32)
+        self._planes = np.empty(0, np.uint8)
 
     def load(self, img) -> np.ndarray | None:
         """Decode `img` (opened, not loaded yet) into this scratch; its pixels as a view, (h, w) for L and
@@ -59,6 +60,13 @@ class DecodeScratch:
         step = _STEP[mode]
         flat = self._buf.view(np.uint8)[: w * h * step]
         return flat.reshape(h, w) if step == 1 else flat.reshape(h, w, step)
+
+    def planes_buffer(self, shape: tuple[int, ...]) -> np.ndarray:
+        """A reused uint8 buffer of `shape` (the planes of an image on their way to float)."""
+        n = int(np.prod(shape))
+        if self._planes.size < n:
+            self._planes = np.empty(n, np.uint8)
+        return self._planes[:n].reshape(shape)
 
     def planes(self, rgbx: np.ndarray, out: np.ndarray) -> None:
         """The first `len(out)` channels of contiguous 4-byte pixels `rgbx` (h, w, 4) written as uint8 planes into
