@@ -154,9 +154,10 @@ def pixel_shape(height: int, width: int, channels: int, layout: str) -> tuple[in
 
 
 def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine, scratch=None) -> None:
-    """The pixels of a PIL image written into `out` (shape `pixel_shape(...)`, uint8 or float32) in one pass:
-    uint8 copied, float divided by 255 (energon's exact values) or normalised with `affine` = (scale, bias).
-    `scratch`: the DecodeScratch `img` may have been decoded into (its pixels are read there, no export)."""
+    """The pixels of a PIL image written into `out` (shape `pixel_shape(...)`, uint8 or float32): uint8 copied,
+    float divided by 255 (energon's exact values) or normalised with `affine` = (scale, bias). `scratch`: the
+    caller's DecodeScratch (`img` may live there; it also holds the uint8 planes a float CHW image is converted
+    from, one contiguous cast and divide instead of a strided one)."""
     channels = len(img.mode)
     held = scratch.pixels(img) if scratch is not None else None
     if channels > 1 and layout == "HWC":
