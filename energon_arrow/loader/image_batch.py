@@ -57,9 +57,9 @@ def image_column(
     arr = out.numpy()
     padded = bool((sizes != (width, height)).any())
     for i, (data, seed, (w, h), opened) in enumerate(zip(payloads, seeds, sizes.tolist(), images)):
-        img = open_image(data, spec.mode, opts, seed, opened)
+        img = open_image(data, spec.mode, opts, seed, opened, alloc.scratch)
         if img.size != (w, h):
             raise ValueError(f"image {i}: header says {w}x{h}, decoded {img.size[0]}x{img.size[1]}")
         dst = _place(arr[i], h, w, opts.layout, channels) if padded else arr[i]
-        write_pixels(img, dst, opts.layout, as_float, affine)
+        write_pixels(img, dst, opts.layout, as_float, affine, alloc.scratch)
     return out

@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from energon_arrow.samples.image_scratch import DecodeScratch
+
 _ALIGN = 1 << 16
 
 
@@ -87,6 +89,7 @@ class SlotAllocator:
         self.next = 0
         self.pending: list[tuple[int, int, int, str]] = []
         self._undo: list[tuple[int, int, torch.UntypedStorage | None]] = []
+        self.scratch = DecodeScratch()  # this worker's decode target (see samples/image_scratch.py)
 
     def tensor(self, shape: tuple[int, ...], dtype: torch.dtype, field: str) -> torch.Tensor:
         """An uninitialised contiguous tensor for the batch field `field`."""

@@ -90,9 +90,10 @@ def crop_box(
     return left, top, min(float(width), left + bw), min(float(height), top + bh)
 
 
-def open_image(data, mode: str, options: ImageOptions, seed: int, img=None):
+def open_image(data, mode: str, options: ImageOptions, seed: int, img=None, scratch=None):
     """The decoded (and, with a target size, scaled and cropped) PIL image of one payload, in Pillow `mode`.
-    `img`: the payload already opened (header read) by the caller, else it is opened here."""
+    `img`: the payload already opened (header read) by the caller, else it is opened here. `scratch`: a
+    DecodeScratch to decode into (image_scratch.py); the image's pixels are then valid until its next use."""
     from PIL import Image
 
     if img is None:
@@ -107,7 +108,10 @@ def open_image(data, mode: str, options: ImageOptions, seed: int, img=None):
             img.draft(None, (math.ceil(w * tw / (right - left)), math.ceil(h * th / (bottom - top))))
             fx, fy = img.size[0] / w, img.size[1] / h
             box = (left * fx, top * fy, min(img.size[0], right * fx), min(img.size[1], bottom * fy))
-        img.load()
+        if scratch is None:
+            img.load()
+        else:
+            scratch.load(img)
         # a same-mode convert would only copy (energon converts unconditionally: the same pixels)
         out = img if img.mode == mode else img.convert(mode)
         if box is not None:
@@ -121,8 +125,9 @@ def open_image(data, mode: str, options: ImageOptions, seed: int, img=None):
 
 
 def pixel_view(img) -> np.ndarray:
-    """The uint8 pixels of a loaded L / RGB / RGBA image, (h, w) or (h, w, c): a view of Pillow's own memory
-    through its Arrow export where possible (Pillow >= 11.2, one contiguous block), else a packed copy."""
+    """The uint8 pixels of a loaded L / RGB / RGBA image as Pillow holds them, (h, w) or (h, w, step) with
+    step >= channels (RGB pixels take 4 bytes): a view of Pillow's own memory through its Arrow export where
+    possible (Pillow >= 11.2, one contiguous block), else a packed copy (h, w, channels)."""
     w, h = img.size
     if not hasattr(img, "__arrow_c_array__"):  # Pillow < 11.2
         return np.asarray(img)
@@ -138,7 +143,7 @@ def pixel_view(img) -> np.ndarray:
     flat = np.frombuffer(buf, np.uint8)
     if len(img.mode) == 1 and step == 1:
         return flat.reshape(h, w)
-    return flat.reshape(h, w, step)[..., : len(img.mode)]
+    return flat.reshape(h, w, step)
 
 
 def pixel_shape(height: int, width: int, channels: int, layout: str) -> tuple[int, ...]:
@@ -148,17 +153,33 @@ def pixel_shape(height: int, width: int, channels: int, layout: str) -> tuple[in
     return (channels, height, width) if layout == "CHW" else (height, width, channels)
 
 
-def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine) -> None:
-    """The pixels of a PIL image written into `out` (shape `pixel_shape(...)`, uint8 or float32) in one pass:
-    uint8 copied, float divided by 255 (energon's exact values) or normalised with `affine` = (scale, bias)."""
-    # Pillow's memory holds 4 bytes per RGB pixel: viewed, it suits the channel-by-channel CHW reads; an HWC
-    # destination copies faster from the packed pixels
-    arr = pixel_view(img) if layout == "CHW" or len(img.mode) == 1 else np.asarray(img)
+def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine, scratch=None) -> None:
+    """The pixels of a PIL image written into `out` (shape `pixel_shape(...)`, uint8 or float32): uint8 copied,
+    float divided by 255 (energon's exact values) or normalised with `affine` = (scale, bias). `scratch`: the
+    caller's DecodeScratch (`img` may live there; it also holds the uint8 planes a float CHW image is converted
+    from, one contiguous cast and divide instead of a strided one)."""
+    channels = len(img.mode)
+    held = scratch.pixels(img) if scratch is not None else None
+    if channels > 1 and layout == "HWC":
+        # Pillow's memory holds 4 bytes per RGB pixel: its packer makes HWC rows faster than a strided copy
+        held, arr = None, np.asarray(img)
+    else:
+        held = pixel_view(img) if held is None else held
+        arr = held if held.ndim == 2 else held[..., :channels]
     chw = arr.ndim == 3 and layout == "CHW"
     src = arr.transpose(2, 0, 1) if chw else arr
+    if chw and scratch is not None and held.shape[2] == 4 and held.flags.c_contiguous:
+        # 4-byte pixels: uint8 planes by whole-word shifts (into `out`, or a scratch buffer to convert from)
+        src = out if not as_float else scratch.planes_buffer(out.shape)
+        scratch.planes(held, src)
+        if not as_float:
+            return
     if not as_float:
         np.copyto(out, src)
         return
+    if src.flags.c_contiguous:
+        np.copyto(out, src)  # contiguous uint8 -> float32: one vectorised cast, then in place
+        src = out
     if affine is None:
         np.divide(src, _U8_MAX, out=out, dtype=np.float32)
         return
