@@ -34,7 +34,6 @@ from energon_arrow.index.resume import WORK_DIR, WorkFolder
 from energon_arrow.index.side_index import SIDE_INDEX_NAMES, SideIndexWriter, read_side_index
 from energon_arrow.index.sqlite_pages import IndexSqliteWriter
 from energon_arrow.index.sqlite_writer import DuplicateKeyError
-from energon_arrow.index.unique_keys import check_unique_keys
 from energon_arrow.index.workers import default_workers, index_one, index_shards, write_tar_index
 from energon_arrow.meta import (
     DATASET_YAML,
@@ -310,6 +309,8 @@ def prepare_dataset(
         files_out.update(side.close())
         side = None
         if not options.energon_index:  # no index.sqlite: its UNIQUE constraint did not check the keys
+            from energon_arrow.index.unique_keys import check_unique_keys  # imports DuckDB: only when needed
+
             check_unique_keys(os.path.join(build, SIDE_INDEX_NAMES["samples"]), list(counts))
         files_out.update(small)
         files_out[INDEX_UUID] = new_index_uuid()

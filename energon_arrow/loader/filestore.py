@@ -73,39 +73,43 @@ class PartStore(_FileStoreBase):
             raise LoaderError(f"{self.storage.url}: no part or sample named {key!r}")
         return row
 
+    def _pread(self, row: int) -> bytes:
+        """The bytes of one table row from a local shard (one `pread` on a cached descriptor)."""
+        rel = self.shard_paths[int(self._shard[row])]
+        offset, size = int(self._offset[row]), int(self._size[row])
+        data = os.pread(self._files.fd(self.storage.local_path(rel)), size, offset)
+        if len(data) != size:
+            raise LoaderError(f"{self.storage.url_of(rel)}: short read at byte {offset} (stale index?)")
+        return data
+
     def _read_rows(self, rows: list[int]) -> list:
         """The bytes of the given table rows: one coalesced `read_ranges` on object stores (nearby ranges in one
         GET, the GETs concurrent), `pread`s on cached descriptors locally."""
+        if self.storage.is_local:
+            return [self._pread(r) for r in rows]
         rels = [self.shard_paths[int(self._shard[r])] for r in rows]
-        offsets, sizes = self._offset[rows], self._size[rows]
-        if not self.storage.is_local:
-            return self.storage.read_ranges(rels, offsets, sizes)
-        out = []
-        for rel, offset, size in zip(rels, offsets.tolist(), sizes.tolist()):
-            data = os.pread(self._files.fd(self.storage.local_path(rel)), size, offset)
-            if len(data) != size:
-                raise LoaderError(f"{self.storage.url_of(rel)}: short read at byte {offset} (stale index?)")
-            out.append(data)
-        return out
+        return self.storage.read_ranges(rels, self._offset[rows], self._size[rows])
+
+    def _entry(self, key: str, row: int, data) -> tuple[Any, SourceInfo]:
+        """`self[key]` from the bytes of its row: the decoded part, or the dict of a whole sample's parts."""
+        shard = self.shard_paths[int(self._shard[row])]
+        source = SourceInfo(dataset_path=self.storage.url, index=key, shard_name=shard, file_names=(key,))
+        if row < self._n_parts:
+            return self._decode(key, bytes(data)), source
+        where = f"{self.storage.url_of(shard)}@{int(self._offset[row])}"
+        _, parts = split_sample(memoryview(data), where)
+        return {p: self._decode(f"{key}.{p}", bytes(v)) for p, v in parts.items()}, source
 
     def __getitem__(self, key: str) -> tuple[Any, SourceInfo]:
-        return self.get_many([key])[0]
+        row = self._row(key)
+        data = self._pread(row) if self.storage.is_local else self._read_rows([row])[0]
+        return self._entry(key, row, data)
 
     def get_many(self, keys: list[str]) -> list[tuple[Any, SourceInfo]]:
         """`self[key]` for every key, read together (see `_read_rows`): for callers that know several names at
         once, such as FileStoreCachePool draining its queue of lazy reads."""
         rows = [self._row(k) for k in keys]
-        out = []
-        for key, row, data in zip(keys, rows, self._read_rows(rows)):
-            shard = self.shard_paths[int(self._shard[row])]
-            source = SourceInfo(dataset_path=self.storage.url, index=key, shard_name=shard, file_names=(key,))
-            if row < self._n_parts:
-                out.append((self._decode(key, bytes(data)), source))
-                continue
-            where = f"{self.storage.url_of(shard)}@{int(self._offset[row])}"
-            _, parts = split_sample(memoryview(data), where)
-            out.append(({p: self._decode(f"{key}.{p}", bytes(v)) for p, v in parts.items()}, source))
-        return out
+        return [self._entry(k, r, d) for k, r, d in zip(keys, rows, self._read_rows(rows))]
 
     def close(self) -> None:
         self._files.close()

@@ -33,6 +33,7 @@ import pyarrow as pa
 from energon_arrow.adapters import Storage, StorageError
 from energon_arrow.index.schema import SIDE_INDEX_DIR
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.tar.arrow import ints_to_numpy
 
 ROW_INDEX_VERSION = 1
 LOCAL_REL = f"{SIDE_INDEX_DIR}/loader"
@@ -125,7 +126,7 @@ def open_row_index(
     does (converted in memory only)."""
     in_memory = not published
     identity = side_identity(storage, in_memory)
-    counts = shards.column("sample_count").to_numpy()
+    counts = ints_to_numpy(shards.column("sample_count"))
     folders = []
     if storage.is_local and not in_memory:
         folders.append(storage.local_path(LOCAL_REL))
@@ -157,7 +158,7 @@ def write_row_index(storage: Storage) -> str:
     if side.source == "index.sqlite (converted, in memory)":
         raise LoaderError(f"{storage.url}: the side index could not be published; no row index written")
     folder = storage.local_path(LOCAL_REL)
-    counts = side.tables["shards"].column("sample_count").to_numpy()
+    counts = ints_to_numpy(side.tables["shards"].column("sample_count"))
     tables = {k: v for k, v in side.tables.items() if k != "shards"}
     build_row_index(storage, counts, tables, folder, side_identity(storage, False))
     return folder
@@ -250,8 +251,8 @@ def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identit
             m = batch.num_rows
             g = _global_rows(
                 starts,
-                batch["shard_id"].to_numpy().astype(np.int64),
-                batch["sample_index"].to_numpy(),
+                ints_to_numpy(batch["shard_id"]).astype(np.int64),
+                ints_to_numpy(batch["sample_index"]),
                 samples_where,
             )
             if not np.array_equal(g, np.arange(done, done + m)):
@@ -261,8 +262,8 @@ def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identit
                     f"of shard {batch['shard_id'][i].as_py()}: samples are not dense and in (shard_id, "
                     "sample_index) order; rebuild the side index with `energon-arrow prepare`"
                 )
-            rows[done : done + m, 0] = batch["byte_offset"].to_numpy()
-            rows[done : done + m, 1] = batch["byte_size"].to_numpy()
+            rows[done : done + m, 0] = ints_to_numpy(batch["byte_offset"])
+            rows[done : done + m, 1] = ints_to_numpy(batch["byte_size"])
             keys = pa.concat_arrays([batch["sample_key"].cast(pa.large_string())])
             off = np.frombuffer(keys.buffers()[1], np.int64, m + 1)
             key_offsets[done + 1 : done + m + 1] = key_offsets[done] + off[1:] - off[0]
@@ -295,19 +296,22 @@ def _write_parts(storage: Storage, tables: dict, tmp: str, starts: np.ndarray, r
     cols = ["shard_id", "sample_index", "part_name", "content_offset", "content_size"]
     for batch in _batches(storage, tables, "parts", cols):
         g = _global_rows(
-            starts, batch["shard_id"].to_numpy().astype(np.int64), batch["sample_index"].to_numpy(), where
+            starts,
+            ints_to_numpy(batch["shard_id"]).astype(np.int64),
+            ints_to_numpy(batch["sample_index"]),
+            where,
         )
         names = batch["part_name"]
         if not pa.types.is_dictionary(names.type):
             names = names.dictionary_encode()
-        codes = names.indices.to_numpy(zero_copy_only=False)
+        codes = ints_to_numpy(names.indices)
         if not len(g):
             continue
         # the batch's rows form one window (parts are in sample order): scatter in memory, write it back whole
         lo, hi = int(g.min()), int(g.max()) + 1
         g = g - lo
-        rel = batch["content_offset"].to_numpy() - np.asarray(rows[lo:hi, 0])[g]
-        size = batch["content_size"].to_numpy()
+        rel = ints_to_numpy(batch["content_offset"]) - np.asarray(rows[lo:hi, 0])[g]
+        size = ints_to_numpy(batch["content_size"])
         for code, name in enumerate(names.dictionary.to_pylist()):
             m = codes == code
             if not m.any():

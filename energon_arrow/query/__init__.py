@@ -1,28 +1,36 @@
-"""SQL over dataset indexes (DuckDB): `open_dataset(url).sql(...)`, splits, exclusions, joins."""
+"""SQL over dataset indexes (DuckDB): `open_dataset(url).sql(...)`, splits, exclusions, joins.
 
-from energon_arrow.query.dataset import Dataset, open_dataset
-from energon_arrow.query.errors import (
-    DanglingReferenceError,
-    NotPreparedError,
-    QueryError,
-    ReadOnlyError,
-    StaleIndexError,
-)
-from energon_arrow.query.join import JoinMember, join_datasets, join_index_bytes
-from energon_arrow.query.limits import QueryLimits
-from energon_arrow.query.result import QueryResult
+The names are imported on first use, so that modules of this package which need no DuckDB (e.g. `sideindex`,
+read by prepare after publishing) do not import it."""
 
-__all__ = [
-    "DanglingReferenceError",
-    "Dataset",
-    "JoinMember",
-    "NotPreparedError",
-    "QueryError",
-    "QueryLimits",
-    "QueryResult",
-    "ReadOnlyError",
-    "StaleIndexError",
-    "join_datasets",
-    "join_index_bytes",
-    "open_dataset",
-]
+from importlib import import_module
+
+_HOMES = {
+    "Dataset": "dataset",
+    "open_dataset": "dataset",
+    "DanglingReferenceError": "errors",
+    "NotPreparedError": "errors",
+    "QueryError": "errors",
+    "ReadOnlyError": "errors",
+    "StaleIndexError": "errors",
+    "JoinMember": "join",
+    "join_datasets": "join",
+    "join_index_bytes": "join",
+    "QueryLimits": "limits",
+    "QueryResult": "result",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))
