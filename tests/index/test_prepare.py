@@ -182,7 +182,9 @@ def test_duplicate_keys_across_shards(dataset):
         prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO))
     assert _meta(dataset) == {}  # nothing published (the indexed shards wait in the work folder)
     result = prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, skip_bad_shards=True))
-    assert result.resumed == 6 and result.indexed == 0
+    # the failed run kept the shards its workers had indexed before the duplicate stopped it (timing decides how
+    # many); this run takes those and indexes the rest
+    assert result.resumed >= 1 and result.resumed + result.indexed == 6
     assert [b.path for b in result.bad_shards] == ["shards/shard-000000.tar"]  # a-dup.tar comes first
     info = read_info(open_storage(dataset))
     assert "shards/shard-000000.tar" not in info.shard_counts and len(info.shard_counts) == 5
