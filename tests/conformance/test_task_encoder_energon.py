@@ -161,7 +161,7 @@ def test_virtual_epoch_len_same(root):
         class RawTE(mod.DefaultTaskEncoder):  # batches of a module-level type: workers pickle them
             decoder = None
 
-        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=4)
+        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=2)
         ds = mod.get_train_dataset(
             root,
             worker_config=wc,

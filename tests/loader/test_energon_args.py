@@ -118,6 +118,7 @@ def test_val_limit_restarts_every_pass(prepared_root):
     assert passes[0] == full[:3]
 
 
+@pytest.mark.heavy
 def test_val_len_matches_energon_without_workers(energon_prepared_root):
     energon = pytest.importorskip("megatron.energon")
     for batch, limit in [(1, None), (7, None), (4, 3)]:

@@ -70,6 +70,7 @@ def test_workers_do_not_change_the_sequence(prepared_root):
     assert [b.__key__ for b in _take(_loader(prepared_root, workers=3), 12)] == ref
 
 
+@pytest.mark.heavy
 def test_resume_at_random_points_and_twice_in_a_row(prepared_root):
     total = 70  # crosses epoch boundaries (30 batches per epoch)
     ref = [b.__key__ for b in _take(_loader(prepared_root, workers=2), total)]

@@ -10,6 +10,7 @@ from energon_arrow.tokens.indexed import IndexedTokens
 from tests.tokens.test_reader import raw_pair
 
 
+@pytest.mark.heavy
 def test_merge_300_parts_with_spilling(tmp_path):
     rng = np.random.default_rng(5)
     parts, docs = [], []

@@ -168,6 +168,7 @@ def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "energon_arrow", *args], capture_output=True, text=True)
 
 
+@pytest.mark.heavy
 def test_cli_preprocess_and_merge(tmp_path):
     docs = make_docs(50)
     src = write_jsonl(tmp_path / "a.jsonl", docs)
