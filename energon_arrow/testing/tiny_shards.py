@@ -26,7 +26,9 @@ def _template(per_shard: int) -> np.ndarray:
 def _shard(template: np.ndarray, shard: int) -> bytes:
     members = template.copy()
     headers = members[:, :_BLOCK]
-    headers[:, 0:6] = np.frombuffer(f"{shard:06d}".encode(), np.uint8)  # the name starts with the shard number
+    headers[:, 0:6] = np.frombuffer(
+        f"{shard:06d}".encode(), np.uint8
+    )  # the name starts with the shard number
     headers[:, 148:156] = ord(" ")  # the checksum is computed with its own field as spaces
     checksum = headers.sum(axis=1, dtype=np.int64)
     digits = (checksum[:, None] // 8 ** np.arange(5, -1, -1)) % 8  # six octal digits, NUL, space
