@@ -1,6 +1,7 @@
 """Parquet side indexes under `.nv-meta/arrow/` (schemas in `energon_arrow.index.schema`, docs/format.md).
 
-- `SideIndexWriter(folder)`: streaming writers for `shards.parquet`, `samples.parquet`, `parts.parquet`;
+- `SideIndexWriter(folder)`: streaming writers for `shards.parquet`, `samples.parquet`, `parts.parquet` and their
+  summary `summary.parquet` (`index.summary`, computed from each flushed group of whole shards);
   `.add_shard(shard_id, path, size, mtime, etag, index)` appends one shard (rows stay in shard_id order when shards are
   added in that order), `.close() -> {relative name: local path}` for `Storage.publish_folder`.
 - `read_side_index(storage) -> SideIndex | None`: the previous side index of a dataset (None when absent), with
