@@ -1,11 +1,15 @@
-"""Query layer at scale: a synthetic side index of 10M samples (30M parts) with 1M sample exclusions (--quick:
-200k samples, 20k exclusions), written like prepare writes it (`energon_arrow.testing.scale_index`).
+"""Query layer at scale: synthetic side indexes of 10M and 100M samples (30M / 300M parts) with 1M sample exclusions
+(--quick: 200k samples, 20k exclusions), written like prepare writes them (`energon_arrow.testing.scale_index`).
+
+Sizes: `EA_QUERY_SCALE_SIZES` (default "10M"; "10M,100M" adds the 100M index, ~13 GB and a few minutes to
+generate), generated once under `$EA_BENCH_DIR` (default benchmarks/data). Every connection runs with a DuckDB
+memory limit of `EA_QUERY_SCALE_MEMORY` (default 1GB) and its spill folder under `$EA_BENCH_DIR`.
 
 Measured, each in a fresh process (so that the peak RSS is the operation's own): opening the dataset (split.yaml
 with the exclusions parsed into tables), `info`, GROUP BY over parts and over samples, counting every split's
 effective samples (split resolution with the exclusions), and materialising the val split as an Arrow table. The
 reference side of each comparison is the interactive budget the issue sets (5 s for 100M rows); the notes hold
-the peak RSS and a linear extrapolation to 100M samples (what a 10x larger index would take).
+the peak RSS and, below 100M, a linear extrapolation to 100M samples (what a larger index would take).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from benchmarks.harness import Comparison
 DATA_DIR = os.path.join(os.path.dirname(__file__), "data")
 BUDGET_S = 5.0
 TARGET_ROWS = 100_000_000
+SIZES = {"10M": 10_000_000, "100M": 100_000_000}
+EXCLUSIONS = 1_000_000
 OPERATIONS = {
     "open": None,
     "info": "info",
@@ -33,12 +39,12 @@ OPERATIONS = {
 
 _CHILD = r"""
 import json, resource, sys, time
-from energon_arrow.query import open_dataset
+from energon_arrow.query import QueryLimits, open_dataset
 from energon_arrow.query.info import dataset_info
-root, op, sql = sys.argv[1], sys.argv[2], sys.argv[3]
+root, op, sql, memory, spill = sys.argv[1:6]
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
-ds = open_dataset(root, verify=False)
+ds = open_dataset(root, verify=False, limits=QueryLimits(memory_limit=memory, temp_directory=spill))
 opened = time.perf_counter()
 if op == "info":
     dataset_info(ds)
@@ -52,10 +58,14 @@ print(json.dumps({"open": opened - t0, "op": t1 - opened, "peak_mb": peak / 1024
 """
 
 
+def _base() -> str:
+    return os.environ.get("EA_BENCH_DIR", DATA_DIR)
+
+
 def _dataset(n: int, exclusions: int) -> str:
     from energon_arrow.testing.scale_index import write_side_index
 
-    root = os.path.join(DATA_DIR, f"query-scale-{n}-{exclusions}")
+    root = os.path.join(_base(), f"query-scale-{n}-{exclusions}")
     if os.path.isfile(os.path.join(root, ".nv-meta", "index.uuid")):
         return root
     tmp = root + ".tmp"
@@ -65,10 +75,11 @@ def _dataset(n: int, exclusions: int) -> str:
     return root
 
 
-def _measure(root: str, op: str, sql: str | None) -> dict:
+def _measure(root: str, op: str, sql: str | None, memory: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    spill = os.path.join(_base(), f"query-scale-spill-{os.getpid()}")
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, root, op, sql or ""],
+        [sys.executable, "-c", _CHILD, root, op, sql or "", memory, spill],
         capture_output=True,
         text=True,
         env=env,
@@ -77,32 +88,50 @@ def _measure(root: str, op: str, sql: str | None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _load() -> str:
+    return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
 def run(args) -> list[Comparison]:
-    n, exclusions = (200_000, 20_000) if args.quick else (10_000_000, 1_000_000)
-    root = _dataset(n, exclusions)
+    if args.quick:
+        sizes = [(200_000, 20_000)]
+    else:
+        names = [x for x in os.environ.get("EA_QUERY_SCALE_SIZES", "10M").split(",") if x]
+        unknown = sorted(set(names) - set(SIZES))
+        if unknown:
+            raise SystemExit(f"EA_QUERY_SCALE_SIZES: unknown size(s) {unknown}; use {', '.join(SIZES)}")
+        sizes = [(SIZES[x], EXCLUSIONS) for x in names]
+    memory = os.environ.get("EA_QUERY_SCALE_MEMORY", "1GB")
     repeats = 1 if args.quick else max(1, min(args.repeats, 2))
     comparisons = []
-    for name, what in OPERATIONS.items():
-        op = "info" if what == "info" else "split" if what == "split" else "sql"
-        runs = [_measure(root, op if what else "open", what if op == "sql" else None) for _ in range(repeats)]
-        seconds = [r["open"] if what is None else r["op"] for r in runs]
-        scale = TARGET_ROWS / n
-        comparisons.append(
-            Comparison(
-                name=f"{name} at {n:,} samples, {exclusions:,} exclusions (reference: {BUDGET_S:g} s budget)",
-                unit="s",
-                ours=seconds,
-                reference=[BUDGET_S],
-                target=1.0,
-                notes={
-                    "samples": n,
-                    "parts": 3 * n,
-                    "exclusions": exclusions,
-                    "open_s": [round(r["open"], 3) for r in runs],
-                    "peak_rss_mb": [round(r["peak_mb"], 1) for r in runs],
-                    # opening scales with the exclusions and shards, not with the rows
-                    "extrapolated_100M_s": None if what is None else round(min(seconds) * scale, 2),
-                },
+    for n, exclusions in sizes:
+        root = _dataset(n, exclusions)
+        for name, what in OPERATIONS.items():
+            op = "info" if what == "info" else "split" if what == "split" else "sql"
+            load = _load()
+            runs = [_measure(root, op if what else "open", what if op == "sql" else None, memory)
+                    for _ in range(repeats)]  # fmt: skip
+            seconds = [r["open"] if what is None else r["op"] for r in runs]
+            comparisons.append(
+                Comparison(
+                    name=f"{name} at {n:,} samples, {exclusions:,} exclusions (reference: {BUDGET_S:g} s budget)",
+                    unit="s",
+                    ours=seconds,
+                    reference=[BUDGET_S],
+                    target=1.0,
+                    notes={
+                        "samples": n,
+                        "parts": 3 * n,
+                        "exclusions": exclusions,
+                        "duckdb_memory_limit": memory,
+                        "open_s": [round(r["open"], 3) for r in runs],
+                        "peak_rss_mb": [round(r["peak_mb"], 1) for r in runs],
+                        "machine": f"{os.cpu_count()} cores, {load} before the runs",
+                        # opening scales with the exclusions and shards, not with the rows
+                        "extrapolated_100M_s": None
+                        if what is None or n >= TARGET_ROWS
+                        else round(min(seconds) * TARGET_ROWS / n, 2),
+                    },
+                )
             )
-        )
     return comparisons

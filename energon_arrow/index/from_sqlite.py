@@ -28,7 +28,9 @@ from energon_arrow.index.schema import (
     SHARDS_SCHEMA,
     SIDE_INDEX_DIR,
     SIDE_INDEX_VERSION,
+    with_optional_columns,
 )
+from energon_arrow.index.summary import SUMMARY_FILE, summarize, with_identity
 from energon_arrow.meta.info import read_info
 from energon_arrow.meta.uuid_file import read_index_uuid
 
@@ -187,7 +189,10 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 
 def write_side_index(storage: Storage, tables: dict[str, pa.Table]) -> None:
-    """Publish the tables as `.nv-meta/arrow/{name}.parquet` together (readers never see a mix)."""
-    storage.publish_folder(
-        SIDE_INDEX_DIR, {f"{name}.parquet": parquet_bytes(t) for name, t in tables.items()}
-    )
+    """Publish the tables as `.nv-meta/arrow/{name}.parquet` together with their summary (index.summary)
+    (readers never see a mix)."""
+    shards = with_optional_columns(tables["shards"], "shards")
+    summary = with_identity(summarize(tables["parts"]), shards, len(tables["samples"]), len(tables["parts"]))
+    files = {SUMMARY_FILE: parquet_bytes(summary)}  # first: object stores write the mapping's last file last
+    files.update({f"{name}.parquet": parquet_bytes(t) for name, t in tables.items()})
+    storage.publish_folder(SIDE_INDEX_DIR, files)

@@ -1,6 +1,7 @@
 """Parquet side indexes under `.nv-meta/arrow/` (schemas in `energon_arrow.index.schema`, docs/format.md).
 
-- `SideIndexWriter(folder)`: streaming writers for `shards.parquet`, `samples.parquet`, `parts.parquet`;
+- `SideIndexWriter(folder)`: streaming writers for `shards.parquet`, `samples.parquet`, `parts.parquet` and their
+  summary `summary.parquet` (`index.summary`, computed from each flushed group of whole shards);
   `.add_shard(shard_id, path, size, mtime, etag, index)` appends one shard (rows stay in shard_id order when shards are
   added in that order), `.close() -> {relative name: local path}` for `Storage.publish_folder`.
 - `read_side_index(storage) -> SideIndex | None`: the previous side index of a dataset (None when absent), with
@@ -25,12 +26,14 @@ from energon_arrow.index.schema import (
     SIDE_INDEX_DIR,
     with_optional_columns,
 )
+from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_SCHEMA, summarize, with_identity
 from energon_arrow.tar.arrow import from_bytes_list, from_numpy, ints_to_numpy
 from energon_arrow.tar.samples import ShardIndex
 
 _ROW_GROUP_ROWS = 1 << 20
 _COMPACT = 256
 SIDE_INDEX_NAMES = {name: f"arrow/{name}.parquet" for name in ("shards", "samples", "parts")}
+SUMMARY_NAME = f"arrow/{SUMMARY_FILE}"  # written with them; not needed to reuse an index (index.summary)
 
 
 def _table(schema: pa.Schema, columns: list) -> pa.Table:
@@ -57,6 +60,8 @@ class SideIndexWriter:
         self._shards: list[tuple] = []
         self._pending: dict[str, list[pa.Table]] = {"samples": [], "parts": []}
         self._pending_rows = 0
+        self._summary: list[pa.Table] = []
+        self._rows = {"samples": 0, "parts": 0}
 
     def _flush(self, force: bool = False) -> None:
         """Row groups of about 1M parts: one per shard would make small, slow-to-write groups."""
@@ -64,7 +69,11 @@ class SideIndexWriter:
             return
         for name, writer in (("samples", self._samples), ("parts", self._parts)):
             if self._pending[name]:
-                writer.write_table(pa.concat_tables(self._pending[name]), row_group_size=1 << 22)
+                table = pa.concat_tables(self._pending[name])
+                writer.write_table(table, row_group_size=1 << 22)
+                self._rows[name] += table.num_rows
+                if name == "parts":  # whole shards: add_shard adds one shard's rows at a time
+                    self._summary.append(summarize(table))
                 self._pending[name] = []
         self._pending_rows = 0
 
@@ -135,7 +144,14 @@ class SideIndexWriter:
         if not self.energon_index:
             table = table.replace_schema_metadata({ENERGON_INDEX_KEY: b"false"})
         pq.write_table(table, self.paths["shards"], compression="zstd")
-        return {rel: self.paths[name] for name, rel in SIDE_INDEX_NAMES.items()}
+        summary = pa.concat_tables(self._summary) if self._summary else SUMMARY_SCHEMA.empty_table()
+        summary_path = os.path.join(self.folder, SUMMARY_NAME)
+        summary = with_identity(summary, table, self._rows["samples"], self._rows["parts"])
+        pq.write_table(summary, summary_path, compression="zstd")
+        return {
+            **{rel: self.paths[name] for name, rel in SIDE_INDEX_NAMES.items()},
+            SUMMARY_NAME: summary_path,
+        }
 
     def abort(self) -> None:
         for w in (self._samples, self._parts):

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from energon_arrow.adapters import Storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR
+from energon_arrow.index.summary import SUMMARY_FILE
 from energon_arrow.query.limits import QueryLimits
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
@@ -27,10 +28,10 @@ DERIVED_VIEWS = {
     ),
     "part_types": (
         "per part name: parts, samples having it, total/min/avg/max bytes",
-        """SELECT part_name, count(*) AS parts, count(DISTINCT (shard_id, sample_index)) AS samples,
-                  sum(content_size)::BIGINT AS total_bytes, min(content_size) AS min_bytes,
-                  avg(content_size) AS avg_bytes, max(content_size) AS max_bytes
-           FROM parts GROUP BY part_name ORDER BY part_name""",
+        """SELECT part_name, sum(parts)::BIGINT AS parts, sum(samples)::BIGINT AS samples,
+                  sum(total_bytes)::BIGINT AS total_bytes, min(min_bytes) AS min_bytes,
+                  sum(total_bytes) / sum(parts) AS avg_bytes, max(max_bytes) AS max_bytes
+           FROM _part_summary GROUP BY part_name ORDER BY part_name""",
     ),
     "splits": (
         "split.yaml: one row per (split, shard) in split order, with whether the shard is excluded",
@@ -55,6 +56,12 @@ DERIVED_VIEWS = {
     ),
 }
 
+# part_types of a side index without a summary (index.summary) until `use_summary`: the same columns by a scan
+PART_TYPES_SCAN = """SELECT part_name, count(*) AS parts, count(DISTINCT (shard_id, sample_index)) AS samples,
+                            sum(content_size)::BIGINT AS total_bytes, min(content_size) AS min_bytes,
+                            avg(content_size) AS avg_bytes, max(content_size) AS max_bytes
+                     FROM parts GROUP BY part_name ORDER BY part_name"""
+
 BASE_VIEWS = {
     "samples": "one row per sample: shard_id, sample_index, sample_key, byte_offset, byte_size",
     "parts": "one row per part: shard_id, sample_index, part_name, content_offset, content_size",
@@ -62,7 +69,7 @@ BASE_VIEWS = {
 }
 
 
-PUBLIC_VIEWS = (*BASE_VIEWS, *DERIVED_VIEWS, "_split_shards", "_exclude_entries")
+PUBLIC_VIEWS = (*BASE_VIEWS, *DERIVED_VIEWS, "_split_shards", "_exclude_entries", "_part_summary")
 
 
 def _duckdb_url(storage: Storage, rel: str) -> str:
@@ -91,16 +98,22 @@ def connect(
     splits: pa.Table,
     excludes: pa.Table,
     limits: QueryLimits | None = None,
+    summary: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A locked, read-only connection with every view. `base[name]` None = read `.nv-meta/arrow/{name}.parquet`.
-    `limits`: memory limit, spill folder and threads (`QueryLimits()` defaults when None)."""
+    `limits`: memory limit, spill folder and threads (`QueryLimits()` defaults when None). `summary`: the side
+    index's `summary.parquet` describes it (part_types reads it; otherwise it scans `parts` until `use_summary`)."""
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
     (limits or QueryLimits()).apply(con)
     reads_files = any(t is None for t in base.values()) and _duckdb_reads(storage)
     if reads_files and not storage.is_local:
         con.register_filesystem(storage.retrying_fs)  # DuckDB reads through it: its requests retry there
-    for name, table in base.items():
-        rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
+    files = {name: f"{name}.parquet" for name in base}
+    if summary:
+        files["_part_summary"] = SUMMARY_FILE
+    for name, file in files.items():
+        table = base.get(name)
+        rel = f"{SIDE_INDEX_DIR}/{file}"
         if table is None and reads_files:
             url = _duckdb_url(storage, rel).replace("'", "''")
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{url}')")
@@ -109,7 +122,7 @@ def connect(
     con.register("_split_shards", splits)
     con.register("_exclude_entries", excludes)
     for name, (_, sql) in DERIVED_VIEWS.items():
-        con.execute(f"CREATE VIEW {name} AS {sql}")
+        con.execute(f"CREATE VIEW {name} AS {sql if summary or name != 'part_types' else PART_TYPES_SCAN}")
     allowed = []
     if reads_files:
         folder = _duckdb_url(storage, SIDE_INDEX_DIR).rstrip("/") + "/"
@@ -122,6 +135,12 @@ def connect(
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def use_summary(con: duckdb.DuckDBPyConnection, summary: pa.Table) -> None:
+    """Answer part_types from `summary` (index.summary, computed for a side index that had none)."""
+    con.register("_part_summary", summary)
+    con.execute(f"CREATE OR REPLACE VIEW part_types AS {DERIVED_VIEWS['part_types'][1]}")
 
 
 def view_columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -9,7 +10,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from energon_arrow.adapters import Storage, open_storage
+from energon_arrow.adapters import Storage, StorageError, open_storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
 from energon_arrow.index.side_index import has_energon_index
 from energon_arrow.meta.info import read_info
@@ -21,6 +22,8 @@ from energon_arrow.query.limits import QueryLimits
 from energon_arrow.query.result import QueryResult
 from energon_arrow.query.sideindex import load_side_index, verify_shards
 from energon_arrow.query.splits import split_tables
+
+log = logging.getLogger(__name__)
 
 SPLIT_COLUMNS = ["shard_id", "shard_path", "sample_index", "sample_key", "byte_offset", "byte_size"]
 
@@ -67,7 +70,10 @@ class Dataset:
         base = {name: (None if in_place else side.tables[name]) for name in SIDE_INDEX_FILES}
         self._lock = threading.Lock()
         self._base = base
-        self._con = catalog.connect(storage, base, splits, excludes, limits)
+        self._side = side
+        self._publish = publish and in_place
+        self._excludes = excludes
+        self._con = catalog.connect(storage, base, splits, excludes, limits, summary=side.summary)
         self._columns: dict[str, list[str]] | None = None
 
     # ---- introspection ------------------------------------------------------------------------------------
@@ -117,6 +123,28 @@ class Dataset:
     def _internal(self, query: str, params: Any = None) -> pa.Table:
         with self._lock:
             return self._con.sql(query, params=params).to_arrow_table()
+
+    def ensure_summary(self) -> None:
+        """Make `part_types` (and `info`) answer from the side index's summary (`index.summary`): a dataset
+        prepared by an earlier version has none, so it is computed once, in one streaming pass over the parts,
+        and published beside the side index for the next open (kept in memory when the store is read-only)."""
+        if self._side.summary:
+            return
+        from energon_arrow.index.from_sqlite import parquet_bytes
+        from energon_arrow.index.summary import SUMMARY_FILE, summarize_batches, with_identity
+
+        columns = ["shard_id", "sample_index", "part_name", "content_size"]
+        summary = summarize_batches(self.batches("parts", columns))
+        if self._publish:
+            rows = self._side.rows
+            content = with_identity(summary, self._side.tables["shards"], rows["samples"], rows["parts"])
+            try:
+                self.storage.publish_folder(SIDE_INDEX_DIR, {SUMMARY_FILE: parquet_bytes(content)})
+            except (StorageError, OSError) as exc:
+                log.warning("%s: cannot cache the side index summary (%s)", self.url, exc)
+        with self._lock:
+            catalog.use_summary(self._con, summary)
+            self._side.summary = True
 
     # ---- frames -------------------------------------------------------------------------------------------
     def _frame(self, name: str):

@@ -30,6 +30,7 @@ from energon_arrow.index.schema import (
     SIDE_INDEX_FILES,
     with_optional_columns,
 )
+from energon_arrow.index.summary import SUMMARY_FILE, describes
 from energon_arrow.meta.info import info_exists
 from energon_arrow.meta.uuid_file import read_index_uuid
 from energon_arrow.query.errors import NotPreparedError, StaleIndexError
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 class SideIndex:
     tables: dict[str, pa.Table]  # shards (always), samples and parts (only when converted from index.sqlite)
     source: str  # "parquet", "index.sqlite (converted, published)", "index.sqlite (converted, in memory)"
+    rows: dict[str, int]  # rows of samples and parts (from the Parquet footers)
+    summary: bool = False  # `summary.parquet` describes this side index (index.summary)
 
 
 def _prepare_hint(storage: Storage) -> str:
@@ -73,13 +76,13 @@ def _missing_columns(schema: pa.Schema, name: str, storage: Storage) -> None:
         )
 
 
-def _read_schema(storage: Storage, rel: str) -> pa.Schema:
-    """A Parquet file's schema from its footer only (DuckDB reads the data in place later)."""
+def _read_footer(storage: Storage, rel: str) -> pq.FileMetaData:
+    """A Parquet file's footer only: schema, row count, key-value metadata (DuckDB reads the data in place)."""
     try:
         if storage.is_local:
-            return pq.read_schema(storage.local_path(rel))
+            return pq.read_metadata(storage.local_path(rel))
         with storage.retrying_fs.open(storage.path_of(rel), "rb") as f:
-            return pq.read_schema(f)
+            return pq.read_metadata(f)
     except FileNotFoundError:
         raise NotPreparedError(
             f"{storage.url_of(rel)}: side index file missing; rebuild it with {_prepare_hint(storage)}"
@@ -90,28 +93,51 @@ def _read_schema(storage: Storage, rel: str) -> pa.Schema:
         ) from None
 
 
-def _read_side_index(storage: Storage) -> dict[str, pa.Table]:
-    """The shards table (small: read now) after checking that every side-index file has the needed columns."""
+def _read_side_index(storage: Storage) -> SideIndex:
+    """The shards table (small: read now) after checking that every side-index file has the needed columns, and
+    whether the summary describes them: footers only, no sample or part rows read."""
     shards = _read_parquet(storage, f"{SIDE_INDEX_DIR}/shards.parquet")
     _missing_columns(shards.schema, "shards", storage)
+    rows = {}
     for name in SIDE_INDEX_FILES:
         if name != "shards":
-            _missing_columns(_read_schema(storage, f"{SIDE_INDEX_DIR}/{name}.parquet"), name, storage)
+            footer = _read_footer(storage, f"{SIDE_INDEX_DIR}/{name}.parquet")
+            _missing_columns(footer.schema.to_arrow_schema(), name, storage)
+            rows[name] = footer.num_rows
     schema = SIDE_INDEX_FILES["shards"]
     metadata = shards.schema.metadata
     shards = with_optional_columns(shards, "shards")
-    return {"shards": shards.select(schema.names).cast(schema).replace_schema_metadata(metadata)}
+    shards = shards.select(schema.names).cast(schema).replace_schema_metadata(metadata)
+    return SideIndex({"shards": shards}, "parquet", rows, _has_summary(storage, shards, rows))
+
+
+def _has_summary(storage: Storage, shards: pa.Table, rows: dict[str, int]) -> bool:
+    """Whether `.nv-meta/arrow/summary.parquet` exists and describes this side index (an unreadable or stale one
+    is ignored: `Dataset.ensure_summary` computes it again)."""
+    rel = f"{SIDE_INDEX_DIR}/{SUMMARY_FILE}"
+    if not storage.exists(rel):
+        return False
+    try:
+        footer = _read_footer(storage, rel)
+    except NotPreparedError as exc:
+        log.warning("%s; it is computed again", exc)
+        return False
+    return describes(footer.metadata, shards, rows["samples"], rows["parts"])
+
+
+def table_rows(tables: dict[str, pa.Table]) -> dict[str, int]:
+    return {name: tables[name].num_rows for name in ("samples", "parts")}
 
 
 def _convert(storage: Storage, publish: bool) -> SideIndex:
     tables = side_index_from_sqlite(storage)
     if publish:
         try:
-            write_side_index(storage, tables)
-            return SideIndex(tables, "index.sqlite (converted, published)")
+            write_side_index(storage, tables)  # with its summary
+            return SideIndex(tables, "index.sqlite (converted, published)", table_rows(tables), True)
         except StorageError as exc:
             log.warning("%s: cannot publish the side index (%s); using it from memory", storage.url, exc)
-    return SideIndex(tables, "index.sqlite (converted, in memory)")
+    return SideIndex(tables, "index.sqlite (converted, in memory)", table_rows(tables))
 
 
 def load_side_index(storage: Storage, publish: bool = True) -> SideIndex:
@@ -122,12 +148,12 @@ def load_side_index(storage: Storage, publish: bool = True) -> SideIndex:
         )
     has_parquet = storage.exists(f"{SIDE_INDEX_DIR}/shards.parquet")
     if has_parquet:
-        tables = _read_side_index(storage)
-        meta = tables["shards"].schema.metadata or {}
+        side = _read_side_index(storage)
+        meta = side.tables["shards"].schema.metadata or {}
         recorded = meta.get(META_UUID)
         current = read_index_uuid(storage)
         if recorded is None or current is None or recorded.decode() == current:
-            return SideIndex(tables, "parquet")
+            return side
         if meta.get(META_SOURCE) == b"index.sqlite":
             log.info(
                 "%s: index.uuid changed since the side index was converted; converting again", storage.url

@@ -1,8 +1,8 @@
 """A synthetic side index of N samples (bench_query_scale, query tests), written like prepare writes it, in bounded
 memory.
 
-Only `.nv-meta` is written (no tars, no index.sqlite: the queries read the Parquet side index; open such datasets
-with verify=False). `write_side_index(root, n, exclusions)`: 1,000 samples per shard, 3 parts each
+Only `.nv-meta` is written, with the side index's summary (no tars, no index.sqlite: the queries read the
+Parquet side index; open such datasets with verify=False). `write_side_index(root, n, exclusions)`: 1,000 samples per shard, 3 parts each
 (jpg/txt/json), split 8:1:1 by shard, and `exclude` with `exclusions` sample entries of train shards plus 10
 whole train shards. The rows are generated and written in blocks of 1M samples (row groups of the same size as
 prepare's), so 100M samples need no more memory than 1M.
@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from energon_arrow.index.schema import PARTS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA
+from energon_arrow.index.summary import SUMMARY_FILE, summarize, with_identity
 
 PER_SHARD = 1000
 PARTS = ("jpg", "txt", "json")
@@ -69,7 +70,7 @@ def write_side_index(root: str, n: int, exclusions: int, seed: int = 1) -> None:
     os.makedirs(os.path.join(meta, "arrow"))
     rng = np.random.default_rng(seed)
     opts = {"compression": "zstd", "write_statistics": True}
-    all_ends = []
+    all_ends, summaries = [], []
     with (
         pq.ParquetWriter(os.path.join(meta, "arrow", "samples.parquet"), SAMPLES_SCHEMA, **opts) as ws,
         pq.ParquetWriter(os.path.join(meta, "arrow", "parts.parquet"), PARTS_SCHEMA, **opts) as wp,
@@ -78,6 +79,7 @@ def write_side_index(root: str, n: int, exclusions: int, seed: int = 1) -> None:
             samples, parts, ends = _block(start, min(n, start + BLOCK), rng)
             ws.write_table(samples, row_group_size=1 << 22)
             wp.write_table(parts, row_group_size=1 << 22)
+            summaries.append(summarize(parts))  # blocks hold whole shards
             all_ends.append(ends)
     ends = np.concatenate(all_ends)
     n_shards = len(ends)
@@ -89,6 +91,8 @@ def write_side_index(root: str, n: int, exclusions: int, seed: int = 1) -> None:
         schema=SHARDS_SCHEMA,
     )  # fmt: skip
     pq.write_table(shards, os.path.join(meta, "arrow", "shards.parquet"), compression="zstd")
+    summary = with_identity(pa.concat_tables(summaries), shards, n, n * len(PARTS))
+    pq.write_table(summary, os.path.join(meta, "arrow", SUMMARY_FILE), compression="zstd")
     train, val = int(n_shards * 0.8), int(n_shards * 0.9)
     picked = np.sort(rng.choice(train * PER_SHARD, size=min(exclusions, train * PER_SHARD), replace=False))
     sample_entries = pc.binary_join_element_wise(

@@ -78,6 +78,7 @@ def test_killed_prepare_resumes_to_identical_output(tmp_path):
     assert (uninterrupted.resumed, uninterrupted.indexed) == (0, 8)
     assert _published(killed) == _published(clean)
     assert ".nv-meta/index.sqlite" in _published(killed)
+    assert ".nv-meta/arrow/summary.parquet" in _published(killed)  # the summary resumes identically too
 
 
 @pytest.mark.s3
@@ -97,7 +98,7 @@ def test_killed_prepare_resumes_on_s3(s3_root):
     assert not storage.list_files(f"{WORK_DIR}/*") and resumed.warnings == []
     names = [
         ".nv-meta/index.sqlite",
-        *(f".nv-meta/arrow/{n}.parquet" for n in ("shards", "samples", "parts")),
+        *(f".nv-meta/arrow/{n}.parquet" for n in ("shards", "samples", "parts", "summary")),
     ]
     after_resume = {n: storage.read_bytes(n) for n in names}
     reference = prepare_dataset(url, PrepareOptions(split_ratio=RATIO, num_workers=2, force=True), options)

@@ -283,3 +283,32 @@ def test_finish_runs_quick_check_and_names_the_file(tmp_path, monkeypatch):
     good = IndexPagesWriter(ok)
     good.try_add_shard(0, "a.tar", shard_index(["a"], [["jpg"]], np.random.default_rng(4)))
     good.finish()  # a sound file passes the check
+
+
+@pytest.mark.parametrize("key_len", [0, 300])  # 300: overflow chains, whose next page is predicted
+def test_pages_step_over_sqlite_lock_byte_page(tmp_path, key_len):
+    """SQLite reserves the page holding byte 2**30 (its lock-byte page; an index.sqlite past 1 GiB reaches it). A
+    writer started three pages before it (a sparse file: the pages before are left unused) writes across it
+    without any tree referencing it: SQLite's check finds nothing but the unused pages."""
+    from energon_arrow.index import sqlite_pages
+
+    path = str(tmp_path / "big.sqlite")
+    writer = IndexPagesWriter(path, page_size=512)
+    lock = 2**30 // 512 + 1
+    kinds = "".join(kind for _, kind in sqlite_pages._TREES).encode()
+    writer._writer = sqlite_pages._native.open(writer._fd, 512, lock - 3, kinds)
+    dataset = random_dataset(np.random.default_rng(5), 3, 40, key_len)
+    for i, (shard, index) in enumerate(dataset):
+        assert writer.try_add_shard(i, shard, index)
+    pages = sqlite_pages._native.finish(writer._writer, writer._roots)
+    os.pwrite(writer._fd, int(pages).to_bytes(4, "big"), 28)
+    writer.abort()
+    assert pages > lock
+    with sqlite3.connect(path) as db:
+        found = "\n".join(row[0] for row in db.execute("PRAGMA quick_check(30)"))  # the trees come first
+        samples = db.execute("SELECT count(*) FROM samples INDEXED BY sqlite_autoindex_samples_1").fetchone()[
+            0
+        ]
+    lines = [line for line in found.splitlines() if not line.startswith("***")]
+    assert len(lines) == 30 and [line for line in lines if not line.endswith("is never used")] == []
+    assert samples == sum(index.sample_count for _, index in dataset)

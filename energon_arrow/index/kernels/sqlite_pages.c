@@ -57,7 +57,8 @@ typedef struct {
 typedef struct {
     int fd;
     int page_size;
-    uint32_t next_page; /* the next free page number */
+    uint32_t next_page; /* the next free page number (never the lock-byte page) */
+    uint32_t lock_page; /* SQLite's lock-byte page (the one holding byte 2**30): never used */
     int max_local, min_local;
     int ntrees;
     Tree tree[MAX_TREES];
@@ -233,13 +234,17 @@ static int write_at(Writer *w, const uint8_t *buf, uint32_t pgno) {
     return 0;
 }
 
-/* the next page number of the file (0: SQLite's largest page count is reached) */
+/* the next page number of the file (0: SQLite's largest page count is reached). The page holding byte offset
+ * 2**30 is SQLite's lock-byte page, which no b-tree may use: next_page steps over it, so that it also predicts the
+ * page an overflow chain gets next. */
 static uint32_t alloc_page(Writer *w) {
     if (w->next_page >= 0xfffffffeU) {
         w->error = EFBIG;
         return 0;
     }
-    return w->next_page++;
+    uint32_t pgno = w->next_page++;
+    if (w->next_page == w->lock_page) w->next_page++;
+    return pgno;
 }
 
 static int page_write(Writer *w, Page *pg, int flag, uint32_t pgno) {
@@ -555,7 +560,8 @@ static PyObject *pages_open(PyObject *self, PyObject *args) {
     if (!w) return PyErr_NoMemory();
     w->fd = fd;
     w->page_size = page_size;
-    w->next_page = next_page;
+    w->lock_page = (uint32_t)(0x40000000U / (uint32_t)page_size) + 1;
+    w->next_page = next_page == w->lock_page ? next_page + 1 : next_page;
     w->max_local = (page_size - 12) * 64 / 255 - 23;
     w->min_local = (page_size - 12) * 32 / 255 - 23;
     w->ntrees = (int)n;
@@ -739,7 +745,8 @@ static PyObject *pages_finish(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (rc < 0) return raise_writer_error(w);
-    return PyLong_FromUnsignedLong(w->next_page - 1);
+    uint32_t last = w->next_page - 1; /* the page count: the last page written (not a skipped lock-byte page) */
+    return PyLong_FromUnsignedLong(last == w->lock_page ? last - 1 : last);
 }
 
 static PyMethodDef methods[] = {
