@@ -96,7 +96,12 @@ class BatchColumns:
         if kb is None:
             return src.keys.take(self.rows).to_pylist()
         offsets, data, rowmap = kb
-        g = self.rows if rowmap is None else rowmap.dataset_rows(self.rows)[0]
+        if rowmap is None:
+            g = self.rows
+        elif rowmap is src.rowmap:
+            g = self._dataset_rows()[0]
+        else:
+            g = rowmap.dataset_rows(self.rows)[0]
         lo, hi = offsets[g], offsets[g + 1]
         size = hi - lo
         ends = np.cumsum(size)
