@@ -54,7 +54,9 @@ _CONFIG_KWARGS = {
     "region_name",
     "s3",
     "signature_version",
+    "response_checksum_validation",
 }
+_CHECKSUM_VALIDATION = ("when_supported", "when_required")  # botocore's values
 _S3_CONFIG = {"addressing_style"}
 
 _CLIENTS: dict[tuple[int, str], DirectRangeClient | None] = {}
@@ -149,6 +151,17 @@ def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
     verify = client_kwargs.get("verify")
     if verify is None:
         verify = session.get_config_variable("ca_bundle") or True
+    # botocore's setting and precedence (config_kwargs, else AWS_RESPONSE_CHECKSUM_VALIDATION / the profile):
+    # "when_required" reads whole objects without asking for or checking their stored checksum
+    validation = (
+        config.get("response_checksum_validation")
+        or session.get_config_variable("response_checksum_validation")
+        or "when_supported"
+    )
+    if validation not in _CHECKSUM_VALIDATION:
+        raise ValueError(
+            f"response_checksum_validation must be one of {', '.join(_CHECKSUM_VALIDATION)}, got {validation!r}"
+        )
     from s3fs import S3FileSystem
 
     connector = Connector(  # s3fs's default timeouts, so that both paths give up on a stalled server alike
@@ -163,4 +176,5 @@ def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
         credentials,
         connector=connector,
         addressing_style=s3_config.get("addressing_style", "auto"),
+        verify_checksums=validation == "when_supported",
     )
