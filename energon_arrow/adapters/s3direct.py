@@ -88,9 +88,17 @@ class DirectRangeClient:
         self._virtual = addressing_style == "virtual"  # "auto" with an explicit endpoint is path style
         self._region = region
         self._verify_checksums = verify_checksums
+        self._settings = (
+            endpoint,
+            region,
+            credentials,
+            self._connector_or(connector),
+            addressing_style,
+            workers,
+        )
         self._bucket_regions: dict[str, str] = {}  # learnt from redirects
         self._signer = SigV4Signer(credentials)
-        self._connector = connector or Connector()
+        self._connector = self._settings[3]
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ea-s3get")
         # every thread's open connections, closed when the client goes away or at interpreter exit at the
@@ -98,6 +106,19 @@ class DirectRangeClient:
         self._routes: dict[int, Route] = {}  # id -> route (a Route is not hashable)
         self._routes_lock = threading.Lock()
         weakref.finalize(self, _close_routes, self._routes, self._routes_lock, os.getpid())
+
+    @staticmethod
+    def _connector_or(connector: Connector | None) -> Connector:
+        return connector or Connector()
+
+    def fork_copy(self) -> DirectRangeClient:
+        """A client with this one's settings and credentials but its own connections and threads, for a forked
+        child process (building one from the options again costs a botocore session, tens of milliseconds per
+        DataLoader worker before its first read)."""
+        endpoint, region, credentials, connector, addressing_style, workers = self._settings
+        return DirectRangeClient(
+            endpoint, region, credentials, connector, addressing_style, workers, self._verify_checksums
+        )
 
     # ---- public -------------------------------------------------------------------------------------------
     def get(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
