@@ -88,17 +88,10 @@ class DirectRangeClient:
         self._virtual = addressing_style == "virtual"  # "auto" with an explicit endpoint is path style
         self._region = region
         self._verify_checksums = verify_checksums
-        self._settings = (
-            endpoint,
-            region,
-            credentials,
-            self._connector_or(connector),
-            addressing_style,
-            workers,
-        )
         self._bucket_regions: dict[str, str] = {}  # learnt from redirects
         self._signer = SigV4Signer(credentials)
-        self._connector = self._settings[3]
+        self._connector = connector or Connector()
+        self._settings = (endpoint, region, credentials, self._connector, addressing_style, workers)
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ea-s3get")
         # every thread's open connections, closed when the client goes away or at interpreter exit at the
@@ -106,10 +99,6 @@ class DirectRangeClient:
         self._routes: dict[int, Route] = {}  # id -> route (a Route is not hashable)
         self._routes_lock = threading.Lock()
         weakref.finalize(self, _close_routes, self._routes, self._routes_lock, os.getpid())
-
-    @staticmethod
-    def _connector_or(connector: Connector | None) -> Connector:
-        return connector or Connector()
 
     def fork_copy(self) -> DirectRangeClient:
         """A client with this one's settings and credentials but its own connections and threads, for a forked

@@ -26,13 +26,14 @@ class SourceColumns:
         parts = src.parts or {}
         cols += [c for pair in parts.values() for c in pair]
         rowmap = src.rowmap
-        self.mapped = rowmap is not None and all(
-            isinstance(c, MappedColumn) and c.rowmap is rowmap for c in cols
+        self.mapped = (
+            rowmap is not None
+            and all(isinstance(c, MappedColumn) and c.rowmap is rowmap for c in cols)
+            and (src.shard_id.kind, src.sample_index.kind) == ("shard", "sample_index")
         )
         if self.mapped:
-            off, size = src.byte_offset, src.byte_size
-            self._rows_table = np.asarray(off.table) if off.table is size.table else None
-            self._parts = {k: np.asarray(o.table) for k, (o, z) in parts.items() if o.table is z.table}
+            self._span = _pair_table(src.byte_offset, src.byte_size)
+            self._parts = {k: t for k, (o, z) in parts.items() if (t := _pair_table(o, z)) is not None}
         self._keys = _key_buffers(src.keys)
 
     def batch(self, rows: np.ndarray) -> BatchColumns:
@@ -67,9 +68,10 @@ class BatchColumns:
         """(byte offset, byte size) of each row's sample in its shard."""
         if self._span is None:
             cols, src = self.cols, self.cols.src
-            if cols.mapped and cols._rows_table is not None:
-                t = cols._rows_table[self._dataset_rows()[0]]
-                self._span = (t[:, 0], t[:, 1])
+            if cols.mapped and cols._span is not None:
+                table, a, b = cols._span
+                t = table[self._dataset_rows()[0]]
+                self._span = (t[:, a], t[:, b])
             else:
                 self._span = (np.asarray(src.byte_offset[self.rows]), np.asarray(src.byte_size[self.rows]))
         return self._span
@@ -83,10 +85,11 @@ class BatchColumns:
 
     def part(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """(offset relative to the sample, size) of part `name` of each row (offset -1: the sample lacks it)."""
-        table = self.cols._parts.get(name) if self.cols.mapped else None
-        if table is not None:
+        pair = self.cols._parts.get(name) if self.cols.mapped else None
+        if pair is not None:
+            table, a, b = pair
             t = table[self._dataset_rows()[0]]
-            return t[:, 0], t[:, 1]
+            return t[:, a], t[:, b]
         off, size = self.cols.src.parts[name]
         return np.asarray(off[self.rows]), np.asarray(size[self.rows])
 
@@ -112,6 +115,14 @@ class BatchColumns:
             text = joined.decode("ascii")
             return [text[a:b] for a, b in zip((ends - size).tolist(), ends.tolist())]
         return [str(joined[a:b], "utf-8") for a, b in zip((ends - size).tolist(), ends.tolist())]
+
+
+def _pair_table(first: MappedColumn, second: MappedColumn) -> tuple[np.ndarray, int, int] | None:
+    """(the plain array behind both columns, first's column, second's column) when two mapped columns are
+    columns of one row-major table (one gather reads both), else None."""
+    if first.kind != "table" or second.kind != "table" or first.table is not second.table:
+        return None
+    return np.asarray(first.table), first.col, second.col
 
 
 def _key_buffers(keys) -> tuple[np.ndarray, np.ndarray, RowMap | None] | None:
