@@ -5,7 +5,17 @@
 - epoch from s3:// vs the adapter's sequential read of the same shards (open_stream), as MB/s of shard bytes
   (target: at least 70%);
 - epoch from s3:// vs energon 7.4.1 over msc:// (multi-storage-client configured for the same endpoint through
-  an MSC_CONFIG file; target 5x);
+  an MSC_CONFIG file; target 5x). energon's epochs run with AWS_RESPONSE_CHECKSUM_VALIDATION=when_required and
+  AWS_REQUEST_CHECKSUM_CALCULATION=when_required: botocore >= 1.36 validates response checksums by default, and
+  SeaweedFS answered one of energon's GETs in the full-size run with a checksum that did not match the body
+  (botocore FlexibleChecksumError, which ended the run). energon-arrow's reads are ranges, which
+  carry no checksum; its whole-object reads honour the same setting (docs/storage.md). With the checksums off the
+  next full-size run failed in energon's worker with "Inconsistent sample base name": the bodies were not
+  SeaweedFS's fault (every range and object read back equal to the local files, with botocore's checks on) but
+  energon's: an `EPath` keeps the multi-storage-client StorageClient it resolved in the training process, and
+  the forked DataLoader workers inherit it with its pooled keep-alive connections, so two workers read responses
+  from one socket. `_fresh_http_pools_after_fork` gives each forked process empty urllib3 pools (its own
+  connections), which is what a fork-safe client does; energon's reads are otherwise unchanged;
 - second epoch with the node-local cache (`local_cache`) vs the local-disk epoch (target 80%);
 - bytes fetched per byte needed, counted by a loopback proxy (energon_arrow.testing.faultproxy) in front of the
   server in an untimed epoch, without and with the cache (target: at most 1.1x without it, reported as
@@ -16,12 +26,14 @@ A bar chart of the epoch medians (local, S3, S3 + cache, energon over msc://) go
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import statistics
 import tempfile
 import time
+import weakref
 
 from benchmarks.bench_images import _svg
 from benchmarks.bench_loader import BATCH, WORKERS, _dataset, _train_dataset
@@ -38,6 +50,51 @@ def _upload(server, root: str, bucket: str) -> str:
             key = "ds/" + os.path.relpath(path, root).replace(os.sep, "/")
             client.upload_file(path, bucket, key)
     return f"s3://{bucket}/ds"
+
+
+_POOLS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _fresh_http_pools_after_fork() -> None:
+    """From now on, every urllib3 connection pool (boto3 under multi-storage-client) starts empty in a forked
+    child: connections opened by the parent stay the parent's (see the module docstring)."""
+    import urllib3.connectionpool as cp
+
+    if getattr(cp.HTTPConnectionPool, "_ea_bench_tracked", False):
+        return
+    init = cp.HTTPConnectionPool.__init__
+
+    def tracked_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _POOLS.add(self)
+
+    def reset_in_child():
+        for pool in list(_POOLS):
+            old = pool.pool
+            if old is not None:
+                pool.pool = pool._new_pool_queue(old.maxsize)
+                for _ in range(old.maxsize):
+                    pool.pool.put(None)
+
+    cp.HTTPConnectionPool.__init__ = tracked_init
+    cp.HTTPConnectionPool._ea_bench_tracked = True
+    os.register_at_fork(after_in_child=reset_in_child)
+
+
+@contextlib.contextmanager
+def _botocore_checksums_when_required():
+    """botocore's checksum settings at "when_required" for energon's side (see the module docstring)."""
+    names = ("AWS_RESPONSE_CHECKSUM_VALIDATION", "AWS_REQUEST_CHECKSUM_CALCULATION")
+    saved = {n: os.environ.get(n) for n in names}
+    os.environ.update(dict.fromkeys(names, "when_required"))
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
 
 
 def _epoch(api, root, options=None) -> tuple[float, int]:
@@ -104,6 +161,7 @@ def run(args) -> list[Comparison]:
         url = _upload(server, root, bucket)
         options = server.storage_options
         os.environ["MSC_CONFIG"] = _msc_config(server, bucket, tmp)
+        _fresh_http_pools_after_fork()
         msc_url = f"msc://{_MSC_PROFILE}/ds"
         import megatron.energon
 
@@ -117,7 +175,8 @@ def run(args) -> list[Comparison]:
             assert n == samples, n
             sides["s3"].append(n / t)
             sides["sequential"].append(_sequential_mb_s(url, options, rels))
-            t, n = _epoch(megatron.energon, msc_url)
+            with _botocore_checksums_when_required():
+                t, n = _epoch(megatron.energon, msc_url)
             sides["msc"].append(n / t)
             cache = {**options, "local_cache": os.path.join(tmp, f"cache-{i}")}
             _epoch(ea, url, cache)  # fills the cache

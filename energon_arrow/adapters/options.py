@@ -140,13 +140,21 @@ def redact(exc: BaseException, options: Mapping[str, Any] | None = None) -> str:
 
 
 def merge_options(public: Mapping[str, Any], secret: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(public)
+    """The options with their secrets, as new dicts all the way down: s3fs and botocore change nested dicts
+    they are given (config_kwargs.retries gains a "mode"), which must not change the stored options."""
+    out = _copy_dicts(public)
     for k, v in secret.items():
         if k == "client_kwargs":
-            out["client_kwargs"] = {**out.get("client_kwargs", {}), **v}
+            out["client_kwargs"] = {**out.get("client_kwargs", {}), **_copy_dicts(v)}
         else:
-            out[k] = v
+            out[k] = _copy_dicts(v)
     return out
+
+
+def _copy_dicts(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _copy_dicts(v) for k, v in value.items()}
+    return value
 
 
 def normalise_s3_options(options: Mapping[str, Any], url: str) -> dict[str, Any]:

@@ -54,12 +54,15 @@ _CONFIG_KWARGS = {
     "region_name",
     "s3",
     "signature_version",
+    "response_checksum_validation",
 }
+_CHECKSUM_VALIDATION = ("when_supported", "when_required")  # botocore's values
 _S3_CONFIG = {"addressing_style"}
 
 _CLIENTS: dict[tuple[int, str], DirectRangeClient | None] = {}
 _CLIENTS_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=lambda: globals().update(_CLIENTS_LOCK=threading.Lock()))
+_BUILDING: dict[tuple[int, str], threading.Lock] = {}
+os.register_at_fork(after_in_child=lambda: globals().update(_CLIENTS_LOCK=threading.Lock(), _BUILDING={}))
 
 
 def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:
@@ -68,13 +71,33 @@ def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:
     # in memory only; the AWS and proxy environment (CA bundle, profile, config files...) are part of the key
     aws_env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     settings = [options, aws_env, urllib.request.getproxies_environment()]
-    cache_key = (os.getpid(), json.dumps(settings, sort_keys=True, default=str))
+    text = json.dumps(settings, sort_keys=True, default=str)
+    cache_key = (os.getpid(), text)
     with _CLIENTS_LOCK:
         if cache_key in _CLIENTS:
             return _CLIENTS[cache_key]
-    client = _build_client(options)
-    with _CLIENTS_LOCK:
-        return _CLIENTS.setdefault(cache_key, client)
+        # one build per process and settings: the fetch threads that ask at once wait for it
+        building = _BUILDING.setdefault(cache_key, threading.Lock())
+    with building:
+        with _CLIENTS_LOCK:
+            if cache_key in _CLIENTS:
+                return _CLIENTS[cache_key]
+            parent = _CLIENTS.get((os.getppid(), text), False)
+        if parent is not False and _fork_safe(parent):  # a forked child (a DataLoader worker): the parent's
+            client = None if parent is None else parent.fork_copy()  # settings, new connections
+        else:
+            client = _build_client(options)
+        with _CLIENTS_LOCK:
+            return _CLIENTS.setdefault(cache_key, client)
+
+
+def _fork_safe(client: DirectRangeClient | None) -> bool:
+    """Whether a child may copy the parent's client: static or no credentials (refreshable ones hold locks and
+    refresh state that a fork may have caught mid-update; those are resolved again)."""
+    from botocore.credentials import Credentials
+
+    creds = None if client is None else client._settings[2]
+    return creds is None or type(creds) is Credentials
 
 
 def unsupported_setting(options: Mapping[str, Any], s3_config: Mapping[str, Any]) -> str | None:
@@ -149,6 +172,17 @@ def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
     verify = client_kwargs.get("verify")
     if verify is None:
         verify = session.get_config_variable("ca_bundle") or True
+    # botocore's setting and precedence (config_kwargs, else AWS_RESPONSE_CHECKSUM_VALIDATION / the profile):
+    # "when_required" reads whole objects without asking for or checking their stored checksum
+    validation = (
+        config.get("response_checksum_validation")
+        or session.get_config_variable("response_checksum_validation")
+        or "when_supported"
+    )
+    if validation not in _CHECKSUM_VALIDATION:
+        raise ValueError(
+            f"response_checksum_validation must be one of {', '.join(_CHECKSUM_VALIDATION)}, got {validation!r}"
+        )
     from s3fs import S3FileSystem
 
     connector = Connector(  # s3fs's default timeouts, so that both paths give up on a stalled server alike
@@ -163,4 +197,5 @@ def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
         credentials,
         connector=connector,
         addressing_style=s3_config.get("addressing_style", "auto"),
+        verify_checksums=validation == "when_supported",
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from energon_arrow.loader.batch_columns import BatchColumns, SourceColumns
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded, LoaderError, MissingPartError
 from energon_arrow.loader.hooks import position_seeds
@@ -52,7 +53,7 @@ def sample_parts(src: SplitSource, row: int, view: memoryview) -> tuple[str, dic
 def columnar_batch(
     builder: SampleBuilder,
     src: SplitSource,
-    rows: np.ndarray,
+    cols: BatchColumns,
     views: list,
     seeds: list[int],
     slots: SlotAllocator,
@@ -69,8 +70,7 @@ def columnar_batch(
             raise _Fallback
         ref = refs[0]
         if ref.part not in cache:
-            off, size = src.parts[ref.part]
-            offs, sizes = off[rows], size[rows]
+            offs, sizes = cols.part(ref.part)
             if (offs < 0).any():
                 raise _Fallback
             fn = builder.decoder.handler(ref.part)
@@ -94,14 +94,14 @@ def columnar_batch(
                 raise _Fallback from None
         if name not in fields:
             fields[name] = generic_batch(cache[ref.part])
-    keys = src.keys.take(rows).to_pylist()
+    keys = cols.keys()
     paths = src.shard_paths
-    shard_ids, indices = src.shard_id[rows].tolist(), src.sample_index[rows].tolist()
-    restore = tuple(("Webdataset", paths[s], i) for s, i in zip(shard_ids, indices))
-    subflavors = [dict(builder.subflavors) for _ in range(len(rows))]
+    shards = [paths[s] for s in cols.shard.tolist()]
+    restore = tuple(("Webdataset", p, i) for p, i in zip(shards, cols.sample_index().tolist()))
+    subflavors = [dict(builder.subflavors) for _ in range(len(keys))]
     # every sample here has all field-map parts (else _Fallback above); energon's sources list those members
     parts = [p for p in src.parts if p in fm.parts]
-    sources = builder.sources(keys, parts, [paths[s] for s in shard_ids], rows.tolist())
+    sources = builder.sources(keys, parts, shards, cols.rows.tolist())
     return builder.sample_cls(
         __key__=keys, __restore_key__=restore, __subflavors__=subflavors, __sources__=sources, **fields
     )
@@ -113,6 +113,7 @@ class Assembler:
     def __init__(self, sources, builders, hooks, settings):
         self.sources, self.builders, self.hooks, self.settings = sources, builders, hooks, settings
         self.columnar = hooks.is_default and all(b.field_map is not None for b in builders)
+        self.columns = [SourceColumns(s) for s in sources] if self.columnar else []
         self.slots = SlotAllocator(None, 0)  # the worker's slots (dataset.py sets them per worker)
         self.device_normalize = False
 
@@ -125,8 +126,9 @@ class Assembler:
         if self.columnar and not self.hooks.stream and (owner == owner[0]).all():
             d = int(owner[0])
             try:
+                cols = self.columns[d].batch(rows)
                 return columnar_batch(
-                    self.builders[d], self.sources[d], rows, views, seeds, self.slots, self.device_normalize
+                    self.builders[d], self.sources[d], cols, views, seeds, self.slots, self.device_normalize
                 ), skipped
             except _Fallback:
                 self.slots.rollback()

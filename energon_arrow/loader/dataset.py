@@ -30,6 +30,8 @@ from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
 
+RELEASE_EVERY = 8  # batches between drops of the index pages a worker touched (SplitSource.release_pages)
+
 
 @dataclass
 class LoaderSettings:
@@ -227,7 +229,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
             while chunk := list(itertools.islice(ids, 16)):
                 yield from zip(chunk, self.plan_many(chunk, caches))
 
-        skipped = 0
+        skipped = done = 0
         readers = open_readers(self, k, n)
         horizon = max(ahead, PLAN_AHEAD if remote else 0)  # batches planned (announced to the readers) ahead
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
@@ -251,9 +253,12 @@ class BatchDataset(torch.utils.data.IterableDataset):
                     continue
                 views = fut.result() if fut is not None else self._fetch(plan, readers)
                 batch, skipped = self.assembler.batch(b, plan, views, skipped)
-                # after each batch: drop the index pages it touched (a bounded resident set)
-                for src in self.sources:
-                    src.release_pages()
+                # every few batches: drop the index pages they touched (a bounded resident set; each call costs
+                # a madvise per mapping and the next batches' page faults, so not after every batch)
+                done += 1
+                if done % RELEASE_EVERY == 0:
+                    for src in self.sources:
+                        src.release_pages()
                 leases = slots.take()
                 if batch is not None:
                     yield b, skipped, batch, leases

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from energon_arrow.adapters.shard_cache import ShardCache
+from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.errors import StaleIndexError
 from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.loader.source import SplitSource
@@ -80,6 +81,7 @@ class SampleReader:
         self.src = src
         self.local = src.storage.is_local
         self._files = ShardFiles(max_fds)
+        self._cols = SourceColumns(src)
 
     def _fd(self, shard: int) -> int:
         path = self.src.storage.local_path(self.src.shard_paths[shard])
@@ -94,7 +96,8 @@ class SampleReader:
     def read(self, rows: np.ndarray) -> list[memoryview]:
         """The bytes of each row's sample, in `rows` order."""
         src = self.src
-        shard, offset, size = src.shard_id[rows], src.byte_offset[rows], src.byte_size[rows]
+        cols = self._cols.batch(rows)
+        shard, (offset, size) = cols.shard, cols.span()
         if not self.local:
             rels = [src.shard_paths[s] for s in shard.tolist()]
             return src.storage.read_ranges(rels, offset, size)
@@ -107,7 +110,7 @@ class SampleReader:
         new = np.ones(len(rows), bool)
         new[1:] = (s_shard[1:] != s_shard[:-1]) | (s_off[1:] > run_end[:-1] + MAX_GAP)
         starts = np.flatnonzero(new)
-        ends = np.r_[starts[1:], len(rows)]
+        ends = np.append(starts[1:], len(rows))
         out: list[memoryview | None] = [None] * len(rows)
         order_l = order.tolist()
         for a, b in zip(starts.tolist(), ends.tolist()):

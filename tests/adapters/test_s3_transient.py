@@ -119,6 +119,26 @@ def test_a_body_that_does_not_match_its_checksum_is_read_again(relay, s3_object,
 
 
 @PATHS
+def test_checksum_validation_when_required_reads_without_checking(relay, s3_object, direct):
+    """botocore's response_checksum_validation="when_required" (a server that sends wrong checksums, as
+    SeaweedFS did to energon's msc:// reads): whole-object bodies are not checked, on both paths."""
+    bucket, key, data = s3_object
+    options = {"config_kwargs": {"response_checksum_validation": "when_required"}}
+    store, name = through(relay, bucket, key, direct, **options)
+    relay.queue(("corrupt",))
+    got = store.read_bytes(name)
+    assert got[1:] == data[1:] and got[0] != data[0]  # the damaged body, taken as sent
+    assert relay.count("GET") == 1
+
+
+def test_checksum_validation_refuses_unknown_values(s3_server):
+    options = {**s3_server.storage_options, "config_kwargs": {"response_checksum_validation": "never"}}
+    store = open_storage("s3://any-bucket/x", options)
+    with pytest.raises(ValueError, match="response_checksum_validation must be one of"):
+        _ = store._direct
+
+
+@PATHS
 def test_a_stream_never_mixes_two_versions_of_an_object(relay, s3_server, s3_object, direct):
     bucket, key, data = s3_object
     store, name = through(relay, bucket, key, direct)

@@ -1,0 +1,41 @@
+"""The direct S3 client in forked children (DataLoader workers): one per process, copied from the parent's."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+import pytest
+
+from energon_arrow.adapters import open_storage, s3settings
+
+pytestmark = pytest.mark.s3
+
+
+def test_forked_child_copies_the_parents_client(s3_server, s3_object):
+    bucket, key, data = s3_object
+    folder, name = posixpath.split(key)
+    options = {**s3_server.storage_options, "config_kwargs": {"retries": {"total_max_attempts": 1}}}
+    store = open_storage(f"s3://{bucket}/{folder}", options)
+    assert store.read_range(name, 5, 100) == data[5:105]
+    parent = store._direct
+    assert parent is not None
+    # s3fs/botocore change the nested options they are given; the stored ones stay as given
+    assert store.fs.info(f"{bucket}/{key}")["size"] == len(data)  # s3fs's botocore client is made here
+    assert store._public["config_kwargs"] == {"retries": {"total_max_attempts": 1}}
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no new botocore session, its own client and connections
+        ok = False
+        try:
+            s3settings._build_client = lambda options: (_ for _ in ()).throw(AssertionError("built again"))
+            got = store.read_range(name, 7, 50)
+            client = store._direct
+            ok = got == data[7:57] and client is not parent and client._settings == parent._settings
+        finally:
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1" and status == 0
+    os.close(r)
