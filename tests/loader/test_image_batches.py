@@ -170,7 +170,7 @@ def test_target_size_deterministic(varied_root, crop):
 def test_random_crop_varies_with_the_seed_position(fixed_root):
     """Random crops are drawn per sample from its position seed: the same image gets other crops in other
     positions (e.g. epochs), and the same crop again in the same position."""
-    from energon_arrow.samples.image_decode_into import crop_box
+    from energon_arrow.samples.image_resize import crop_box
 
     boxes = {crop_box(56, 40, (16, 16), "random", seed) for seed in range(20)}
     assert len(boxes) > 10
