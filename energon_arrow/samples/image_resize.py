@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from energon_arrow.samples.image_decode_into import ImageOptions, pixel_view, store_pixels
+from energon_arrow.samples.image_decode_into import ImageOptions, open_image, pixel_view, store_pixels
 
 
 def crop_box(
@@ -55,24 +55,18 @@ def _decoded(data, mode: str, options: ImageOptions, seed: int, scratch):
     from PIL import Image
 
     img = Image.open(io.BytesIO(data))
+    w, h = img.size
+    box = crop_box(w, h, options.size, options.crop, seed)
+    th, tw = options.size
     try:
-        w, h = img.size
-        box = crop_box(w, h, options.size, options.crop, seed)
-        th, tw = options.size
         drafted = img.draft(
             None, (math.ceil(w * tw / (box[2] - box[0])), math.ceil(h * th / (box[3] - box[1])))
         )
-        scale = drafted[1][2] / w if drafted is not None else 1.0  # draft's box: (0, 0, w / s, h / s)
-        if scratch is None:
-            img.load()
-        else:
-            scratch.load(img)
-        out = img if img.mode == mode else img.convert(mode)
     except BaseException:
         img.close()
         raise
-    if out is not img:
-        img.close()
+    scale = drafted[1][2] / w if drafted is not None else 1.0  # draft's box: (0, 0, w / s, h / s)
+    out = open_image(data, mode, img, scratch)
     return out, pixel_box(box, scale, *out.size)
 
 

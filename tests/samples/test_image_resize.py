@@ -131,9 +131,7 @@ def test_random_crop_box_inside_the_image():
     opts = image_options(size=(32, 32), crop="random")
     crops = {resized_pixels(data, "RGB", opts, seed).tobytes() for seed in range(6)}
     assert len(crops) > 1  # other seeds, other crops
-    np.testing.assert_array_equal(
-        resized_pixels(data, "RGB", opts, 3), resized_pixels(data, "RGB", opts, 3)
-    )
+    np.testing.assert_array_equal(resized_pixels(data, "RGB", opts, 3), resized_pixels(data, "RGB", opts, 3))
     for seed in range(50):
         left, top, right, bottom = crop_box(120, 80, (32, 32), "random", seed)
         assert 0 <= left < right <= 120 and 0 <= top < bottom <= 80
