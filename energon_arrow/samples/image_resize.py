@@ -72,7 +72,7 @@ def _decoded(data, mode: str, options: ImageOptions, seed: int, scratch):
 
 def resized_pixels(data, mode: str, options: ImageOptions, seed: int, scratch=None) -> np.ndarray:
     """The uint8 pixels of one payload at `options.size` (see the module docstring): (h, w) for one channel, else
-    (c, h, w) planes (any strides; valid until the next call with the same `scratch`)."""
+    (c, h, w) planes (any strides). `scratch`: a DecodeScratch to decode JPEGs into (image_scratch.py)."""
     import torch
 
     img, (left, top, right, bottom) = _decoded(data, mode, options, seed, scratch)
