@@ -15,6 +15,7 @@ import torch
 
 from energon_arrow.samples.decoders import ImageDecode
 from energon_arrow.samples.image_decode_into import open_image, pixel_shape, write_pixels
+from energon_arrow.samples.image_resize import write_resized
 
 
 def _open_all(payloads: list) -> tuple[list, np.ndarray]:
@@ -49,15 +50,18 @@ def image_column(
     dtype = torch.float32 if as_float else torch.uint8
     n = len(payloads)
     if opts.size is not None:
-        images, sizes = [None] * n, np.tile(np.array([opts.size[1], opts.size[0]], np.int64), (n, 1))
-    else:
-        images, sizes = _open_all(payloads)
+        out = alloc.tensor((n, *pixel_shape(*opts.size, channels, opts.layout)), dtype, field)
+        arr = out.numpy()
+        for i, (data, seed) in enumerate(zip(payloads, seeds)):
+            write_resized(data, spec.mode, opts, seed, arr[i], opts.layout, as_float, affine, alloc.scratch)
+        return out
+    images, sizes = _open_all(payloads)
     width, height = sizes.max(axis=0).tolist()
     out = alloc.tensor((n, *pixel_shape(height, width, channels, opts.layout)), dtype, field)
     arr = out.numpy()
     padded = bool((sizes != (width, height)).any())
-    for i, (data, seed, (w, h), opened) in enumerate(zip(payloads, seeds, sizes.tolist(), images)):
-        img = open_image(data, spec.mode, opts, seed, opened, alloc.scratch)
+    for i, (data, (w, h), opened) in enumerate(zip(payloads, sizes.tolist(), images)):
+        img = open_image(data, spec.mode, opened, alloc.scratch)
         if img.size != (w, h):
             raise ValueError(f"image {i}: header says {w}x{h}, decoded {img.size[0]}x{img.size[1]}")
         dst = _place(arr[i], h, w, opts.layout, channels) if padded else arr[i]

@@ -2,9 +2,9 @@
 (samples/images.py) and of decoding a whole batch into its slot (loader/image_batch.py).
 
 `ImageOptions` are our opt-in extras on top of energon's `image_decode` modes:
-- `size=(h, w)`: the image is scaled (bilinear) so that it covers h x w, keeping its aspect ratio, then cropped to
-  exactly h x w, at the center or at a random offset drawn from a per-sample seed; JPEGs are decoded at a reduced
-  scale first (Pillow `draft`) when the target is at most half their size;
+- `size=(h, w)`: the image is scaled (bilinear, antialiased) so that it covers h x w, keeping its aspect ratio,
+  and cropped to exactly h x w, at the center or at a random offset drawn from a per-sample seed; JPEGs are
+  decoded at a reduced scale first (exactly what happens: samples/image_resize.py);
 - `layout`: "CHW" (energon's torch layout) or "HWC" for torch modes;
 - `normalize=(mean, std)`: float output `(x / 255 - mean) / std` per channel, computed in one fused
   multiply-add (`x * scale + bias`).
@@ -14,7 +14,6 @@ Without options the pixels are energon's exactly: float modes divide the uint8 p
 from __future__ import annotations
 
 import io
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,47 +74,21 @@ def image_options(
     return ImageOptions(size, crop, layout, normalize)
 
 
-def crop_box(
-    width: int, height: int, target: tuple[int, int], crop: str, seed: int
-) -> tuple[float, float, float, float]:
-    """The source box (left, top, right, bottom) that scales to `target` (h, w) covering it, aspect kept."""
-    th, tw = target
-    scale = max(th / height, tw / width)
-    bw, bh = tw / scale, th / scale
-    if crop == "center":
-        fx = fy = 0.5
-    else:
-        fx, fy = np.random.default_rng(seed & 0xFFFFFFFFFFFFFFFF).random(2).tolist()
-    left, top = max(0.0, (width - bw) * fx), max(0.0, (height - bh) * fy)
-    return left, top, min(float(width), left + bw), min(float(height), top + bh)
-
-
-def open_image(data, mode: str, options: ImageOptions, seed: int, img=None, scratch=None):
-    """The decoded (and, with a target size, scaled and cropped) PIL image of one payload, in Pillow `mode`.
-    `img`: the payload already opened (header read) by the caller, else it is opened here. `scratch`: a
-    DecodeScratch to decode into (image_scratch.py); the image's pixels are then valid until its next use."""
+def open_image(data, mode: str, img=None, scratch=None):
+    """The decoded PIL image of one payload at full size, in Pillow `mode`. `img`: the payload already opened
+    (header read) by the caller, else it is opened here. `scratch`: a DecodeScratch to decode into
+    (image_scratch.py); the image's pixels are then valid until its next use. (Target sizes: image_resize.py.)"""
     from PIL import Image
 
     if img is None:
         img = Image.open(io.BytesIO(data))
     try:
-        box = None
-        if options.size is not None:
-            w, h = img.size
-            left, top, right, bottom = crop_box(w, h, options.size, options.crop, seed)
-            th, tw = options.size
-            # decode at the smallest JPEG scale that still covers the target
-            img.draft(None, (math.ceil(w * tw / (right - left)), math.ceil(h * th / (bottom - top))))
-            fx, fy = img.size[0] / w, img.size[1] / h
-            box = (left * fx, top * fy, min(img.size[0], right * fx), min(img.size[1], bottom * fy))
         if scratch is None:
             img.load()
         else:
             scratch.load(img)
         # a same-mode convert would only copy (energon converts unconditionally: the same pixels)
         out = img if img.mode == mode else img.convert(mode)
-        if box is not None:
-            out = out.resize((options.size[1], options.size[0]), Image.Resampling.BILINEAR, box=box)
     except BaseException:
         img.close()
         raise
@@ -174,6 +147,12 @@ def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine, scra
         scratch.planes(held, src)
         if not as_float:
             return
+    store_pixels(src, out, layout, as_float, affine)
+
+
+def store_pixels(src: np.ndarray, out: np.ndarray, layout: str, as_float: bool, affine) -> None:
+    """uint8 pixels `src` (the shape of `out`, any strides) written into `out`: copied (uint8 `out`), divided by
+    255 in float32 (energon's values) or normalised with `affine` = (scale, bias) per channel."""
     if not as_float:
         np.copyto(out, src)
         return
@@ -184,9 +163,9 @@ def write_pixels(img, out: np.ndarray, layout: str, as_float: bool, affine, scra
         np.divide(src, _U8_MAX, out=out, dtype=np.float32)
         return
     scale, bias = affine
-    if chw:
+    if out.ndim == 3 and layout == "CHW":
         scale, bias = scale[:, None, None], bias[:, None, None]
-    elif arr.ndim == 2:
+    elif out.ndim == 2:
         scale, bias = scale[0], bias[0]
     np.multiply(src, scale, out=out, dtype=np.float32)
     out += bias

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from energon_arrow.samples.image_decode_into import ImageOptions, open_image, pixel_shape, write_pixels
+from energon_arrow.samples.image_resize import resized_image, write_resized
 
 
 class ImageSpec(NamedTuple):
@@ -135,16 +136,25 @@ def decode_image(
         raise ImportError("decoding an image part needs Pillow (pip install pillow)") from None
     if seed is None and options.crop == "random":
         seed = zlib.crc32(data)
-    img = open_image(data, spec.mode, options, seed or 0)
-    if spec.kind == "pil":
-        return img
+    seed = seed or 0
     channels = spec_channels(spec)
+    if spec.kind == "pil":
+        return (
+            open_image(data, spec.mode)
+            if options.size is None
+            else resized_image(data, spec.mode, options, seed)
+        )
     layout = options.layout if spec.kind == "torch" else "HWC"
     as_float = spec.float or options.normalize is not None
-    out = np.empty(
-        pixel_shape(img.size[1], img.size[0], channels, layout), np.float32 if as_float else np.uint8
-    )
-    write_pixels(img, out, layout, as_float, options.affine(channels))
+    dtype = np.float32 if as_float else np.uint8
+    affine = options.affine(channels)
+    if options.size is None:
+        img = open_image(data, spec.mode)
+        out = np.empty(pixel_shape(img.size[1], img.size[0], channels, layout), dtype)
+        write_pixels(img, out, layout, as_float, affine)
+    else:
+        out = np.empty(pixel_shape(*options.size, channels, layout), dtype)
+        write_resized(data, spec.mode, options, seed, out, layout, as_float, affine)
     if spec.kind == "numpy":
         return out
     import torch

@@ -170,7 +170,7 @@ def test_target_size_deterministic(varied_root, crop):
 def test_random_crop_varies_with_the_seed_position(fixed_root):
     """Random crops are drawn per sample from its position seed: the same image gets other crops in other
     positions (e.g. epochs), and the same crop again in the same position."""
-    from energon_arrow.samples.image_decode_into import crop_box
+    from energon_arrow.samples.image_resize import crop_box
 
     boxes = {crop_box(56, 40, (16, 16), "random", seed) for seed in range(20)}
     assert len(boxes) > 10
@@ -180,12 +180,13 @@ def test_random_crop_varies_with_the_seed_position(fixed_root):
 
 
 def test_target_size_center_crop_values(fixed_root):
-    """A center crop to the image's own aspect is a bilinear resize of the decoded image; from half the size down
-    the JPEG is decoded at a reduced scale (Pillow draft), which changes pixels slightly."""
+    """A center crop to the image's own aspect is a bilinear resize of the decoded image (torch's antialiased
+    filter: Pillow's within 2 levels); from half the size down the JPEG is decoded at a reduced scale (Pillow
+    draft), which changes pixels slightly. (The exact semantics: tests/samples/test_image_resize.py.)"""
     from PIL import Image
 
     (raw,) = _batches(ea, fixed_root, 0, count=1, image_decode="pil")
-    for size, tolerance in (((30, 42), 0), ((20, 28), 8)):
+    for size, tolerance in (((30, 42), 2), ((20, 28), 8)):
         (ours,) = _batches(ea, fixed_root, 0, count=1, image_decode="rgb8", image_size=size)
         resized = raw.image[0].resize(size[::-1], Image.Resampling.BILINEAR, box=(0, 0, 56, 40))
         diff = np.abs(ours.image[0].astype(np.int16) - np.asarray(resized).astype(np.int16))

@@ -8,7 +8,7 @@ import io
 import numpy as np
 import pytest
 
-from energon_arrow.samples.image_decode_into import ImageOptions, open_image, write_pixels
+from energon_arrow.samples.image_decode_into import open_image, write_pixels
 from energon_arrow.samples.image_scratch import DecodeScratch
 from energon_arrow.testing.images import jpeg_bytes
 
@@ -64,10 +64,9 @@ def test_write_pixels_same_with_and_without_scratch(layout, as_float):
     shape = (3, 33, 47) if layout == "CHW" else (33, 47, 3)
     dtype = np.float32 if as_float else np.uint8
     plain, held = np.empty(shape, dtype), np.empty(shape, dtype)
-    opts = ImageOptions(layout=layout)
-    write_pixels(open_image(data, "RGB", opts, 0), plain, layout, as_float, None)
+    write_pixels(open_image(data, "RGB"), plain, layout, as_float, None)
     scratch = DecodeScratch()
-    write_pixels(open_image(data, "RGB", opts, 0, scratch=scratch), held, layout, as_float, None, scratch)
+    write_pixels(open_image(data, "RGB", scratch=scratch), held, layout, as_float, None, scratch)
     np.testing.assert_array_equal(plain, held)
     ref = _reference(data, "RGB")
     expected = ref.transpose(2, 0, 1) if layout == "CHW" else ref
