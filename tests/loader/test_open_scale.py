@@ -147,7 +147,37 @@ def _destroy_data_pages(path: str) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def test_million_sample_split_opens_from_the_map_alone(tmp_path):
+class FileCalls:
+    """Counts the `os` calls that name a path under `root` (stat / lstat of files, scandir / listdir / walk of
+    folders) while installed with monkeypatch; `os.fstat` of open descriptors separately."""
+
+    def __init__(self, root: str, monkeypatch):
+        self.root = os.path.realpath(root) + os.sep
+        self.stats: list[str] = []
+        self.listings: list[str] = []
+        self.fstats = 0
+        for name, calls in (("stat", self.stats), ("lstat", self.stats)):
+            monkeypatch.setattr(os, name, self._wrap(getattr(os, name), calls))
+        for name in ("scandir", "listdir", "walk"):
+            monkeypatch.setattr(os, name, self._wrap(getattr(os, name), self.listings))
+        real_fstat = os.fstat
+
+        def fstat(fd, *a, **kw):
+            self.fstats += 1
+            return real_fstat(fd, *a, **kw)
+
+        monkeypatch.setattr(os, "fstat", fstat)
+
+    def _wrap(self, real, calls: list[str]):
+        def call(path=".", *a, **kw):
+            if isinstance(path, (str, os.PathLike)) and os.path.abspath(path).startswith(self.root):
+                calls.append(os.path.abspath(path)[len(self.root) :])
+            return real(path, *a, **kw)
+
+        return call
+
+
+def test_million_sample_split_opens_from_the_map_alone(tmp_path, monkeypatch):
     root = write_scale_dataset(str(tmp_path / "big"), shards=250, per_shard=4000, image_bytes=16)
     n = 1_000_000
     first = open_split(root, "train")  # builds the row index once (prepare writes it for its datasets)
@@ -156,19 +186,59 @@ def test_million_sample_split_opens_from_the_map_alone(tmp_path):
         _destroy_data_pages(os.path.join(root, ".nv-meta", "arrow", f"{name}.parquet"))
     del first
     arrow_before = pa.total_allocated_bytes()
-    tracemalloc.start()
-    try:
-        src = open_split(root, "train")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    with monkeypatch.context() as m:
+        calls = FileCalls(root, m)
+        tracemalloc.start()
+        try:
+            src = open_split(root, "train")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
     assert peak < 2 * n  # well under the 16 bytes per sample target: the per-shard state only
     assert pa.total_allocated_bytes() - arrow_before < 2 * n
+    # O(folders) system calls: the one shard folder listed once, no shard stat'ed (checked at first read)
+    assert calls.listings == ["shards"]
+    assert not [p for p in calls.stats if p.startswith("shards")] and calls.fstats == 0
     assert len(src) == n and len(src.rowmap.first) == 250
     assert isinstance(src.byte_offset.table, np.memmap)
     ds = BatchDataset([src], LoaderSettings(global_batch_size=16, seed=1), decoder=PartDecoder(raw=True))
     (_, _, batch, _) = next(iter(ds))
     assert len(batch.__key__) == 16 and all(len(bytes(j)) == 16 for j in batch.image)
+    assert 1 <= int(src.shard_check._checked.sum()) <= 16  # the shards of the batch, checked once each
+
+
+def test_changed_local_shards_are_named_at_open_or_first_read(dataset_copy):
+    """Missing shards fail the open (the folder listing); a changed size fails the first read of that shard."""
+    src = open_split(dataset_copy, "train")
+    sid = int(np.asarray(src.shard_id)[0])
+    path = os.path.join(dataset_copy, src.shard_paths[sid])
+    with open(path, "ab") as f:
+        f.write(b"\0" * 512)
+    from energon_arrow.loader.errors import StaleIndexError
+    from energon_arrow.loader.reader import SampleReader
+    from energon_arrow.query import StaleIndexError as QueryStaleIndexError
+
+    src = open_split(dataset_copy, "train")  # no stat at open
+    with pytest.raises(
+        StaleIndexError, match=rf"{src.shard_paths[sid]}: shard changed since it was indexed \(size"
+    ):
+        SampleReader(src).read(np.array([0]))
+    os.remove(path)
+    with pytest.raises(
+        QueryStaleIndexError, match=rf"{src.shard_paths[sid]}: shard is in the index but missing"
+    ):
+        open_split(dataset_copy, "train")
+    assert len(open_split(dataset_copy, "train", verify=False)) == len(src)
+
+
+def test_split_naming_an_unknown_shard_is_refused(dataset_copy):
+    from energon_arrow.meta.errors import MetaError
+
+    _write_split(
+        dataset_copy, {"split_parts": {"train": ["shards/shard-000000.tar"], "val": ["shards/nope.tar"]}}
+    )
+    with pytest.raises(MetaError, match=r"split 'val' names shard 'shards/nope.tar', which is not in"):
+        open_split(dataset_copy, "train")
 
 
 def test_row_index_follows_a_new_side_index(dataset_copy):
