@@ -1,6 +1,6 @@
 """Local shards checked against the side index without one `stat` per shard when a split opens.
 
-Opening a local split lists each folder that holds shards once (`os.scandir`: names only, no per-file stat) and
+Opening a local split lists each folder that holds shards once (`os.listdir`: names only, no per-file stat) and
 fails at once, naming the shard, when one is missing. Size, mtime and content fingerprint are compared when a
 process first opens a shard to read it (`fstat` of the descriptor it reads through), with the same rules and
 the same error as `query.sideindex.verify_shards` (which object stores still use at open: their listing has sizes
@@ -24,28 +24,25 @@ from energon_arrow.query.errors import StaleIndexError as QueryStaleIndexError
 log = logging.getLogger(__name__)
 
 
-def shard_folders(paths: pa.Array) -> list[str]:
-    """The distinct folders (relative, "" for the root) of relative shard paths."""
-    return pc.unique(pc.replace_substring_regex(paths, r"(^|/)[^/]*$", "")).to_pylist()
-
-
 def check_listed(storage: Storage, paths: list[str]) -> None:
-    """Raise StaleIndexError naming the first of `paths` (relative, local storage) that no folder lists: one
-    `os.scandir` per folder, no stat."""
+    """Raise StaleIndexError naming the first of `paths` (relative, local storage) that its folder does not list:
+    one `os.listdir` per folder, no stat."""
     from energon_arrow.query.sideindex import raise_missing
 
     arr = pa.array(paths, pa.string())
-    listed: list[str] = []
-    for folder in shard_folders(arr):
-        prefix = f"{folder}/" if folder else ""
+    folders = pc.replace_substring_regex(arr, r"(^|/)[^/]*$", "")
+    names = pc.replace_substring_regex(arr, r"^.*/", "")
+    present = np.zeros(len(arr), bool)
+    for folder in pc.unique(folders).to_pylist():
         try:
-            with os.scandir(storage.local_path(folder)) as entries:
-                listed.extend(prefix + e.name for e in entries)
+            listed = os.listdir(storage.local_path(folder))
         except (FileNotFoundError, NotADirectoryError):
             continue  # every shard in it is missing
-    missing = pc.invert(pc.is_in(arr, value_set=pa.array(listed, pa.string())))
-    if pc.any(missing).as_py():
-        raise_missing(storage, paths[int(pc.index(missing, True).as_py())])
+        mine = pc.equal(folders, folder)
+        hit = pc.is_in(names, value_set=pa.array(listed, pa.string()))
+        present |= pc.and_(mine, hit).to_numpy(zero_copy_only=False)
+    if not present.all():
+        raise_missing(storage, paths[int(np.argmin(present))])
 
 
 @dataclass

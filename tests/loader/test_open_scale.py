@@ -290,3 +290,28 @@ def test_dataset_prepared_by_energon_gets_its_row_index_once(energon_prepared_ro
     again = open_split(root, "train")
     assert os.stat(manifest).st_mtime_ns == stamp  # reused, not rebuilt
     assert _columns(first) == _columns(again) == _columns(_query_source(root, "train"))
+
+
+def test_shard_listing_is_one_listdir_per_folder(tmp_path, monkeypatch):
+    from energon_arrow.loader.shard_check import check_listed
+    from energon_arrow.query import StaleIndexError
+
+    paths = ["a.tar", "x/b.tar", "x/c.tar", "x/y/d.tar", "z/e.tar"]
+    for p in paths[:-1]:
+        (tmp_path / p).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / p).write_bytes(b"")
+    storage = open_storage(str(tmp_path))
+    with pytest.raises(StaleIndexError, match=r"z/e\.tar: shard is in the index but missing on storage"):
+        check_listed(storage, paths)  # its folder does not exist
+    (tmp_path / "z").mkdir()
+    (tmp_path / "z" / "e.tar").write_bytes(b"")
+    (tmp_path / "x" / "d.tar").write_bytes(b"")  # same name in another folder: not x/y/d.tar
+    os.remove(tmp_path / "x" / "y" / "d.tar")
+    with pytest.raises(StaleIndexError, match=r"x/y/d\.tar: shard is in the index but missing"):
+        check_listed(storage, paths)
+    (tmp_path / "x" / "y" / "d.tar").write_bytes(b"")
+    with monkeypatch.context() as m:
+        calls = FileCalls(str(tmp_path), m)
+        check_listed(storage, paths)
+    # one listdir per folder (the root, "a.tar"'s folder, is not under FileCalls' prefix), no stat
+    assert sorted(calls.listings) == ["x", "x/y", "z"] and calls.stats == []
