@@ -281,9 +281,7 @@ def _trim_heap() -> None:
     """Return the freed parts of the C heap (left by building the index) to the OS before workers fork, so the
     workers' allocations do not copy-on-write stale parent heap pages."""
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "malloc_trim"):
+    libc = ctypes.CDLL(None)  # the process's own symbols (libc's among them): no `ldconfig -p` lookup
+    if hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
