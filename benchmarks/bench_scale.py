@@ -47,6 +47,7 @@ if tool == "ours":
     import energon_arrow as api
     import energon_arrow.loader.dataset, energon_arrow.loader.energon_api, energon_arrow.loader.loader  # noqa
     import energon_arrow.loader.source, energon_arrow.query  # noqa: F401  (imported lazily by the first open)
+    import energon_arrow.query.sideindex, energon_arrow.query.splits, fsspec  # noqa: F401  (likewise)
 else:
     from megatron import energon as api
 import pandas, pyarrow.compute, torch  # noqa: F401  (import costs reported apart from the open)
