@@ -231,6 +231,22 @@ def test_changed_local_shards_are_named_at_open_or_first_read(dataset_copy):
     assert len(open_split(dataset_copy, "train", verify=False)) == len(src)
 
 
+def test_changed_shard_is_named_by_a_dataloader_worker(dataset_copy):
+    """The check at first read runs in the DataLoader worker that reads the shard; its error reaches the
+    training process naming the shard."""
+    import energon_arrow as ea
+    from tests.loader.conftest import first_batch
+
+    class Raw(ea.DefaultTaskEncoder):
+        decoder = None
+
+    for name in os.listdir(os.path.join(dataset_copy, "shards")):
+        with open(os.path.join(dataset_copy, "shards", name), "ab") as f:
+            f.write(b"\0" * 512)  # every shard: whichever the first batch reads
+    with pytest.raises(Exception, match=r"shard-00000\d\.tar: shard changed since it was indexed \(size"):
+        first_batch(dataset_copy, te=Raw(), workers=2)
+
+
 def test_split_naming_an_unknown_shard_is_refused(dataset_copy):
     from energon_arrow.meta.errors import MetaError
 
