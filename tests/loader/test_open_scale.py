@@ -247,6 +247,24 @@ def test_changed_shard_is_named_by_a_dataloader_worker(dataset_copy):
         first_batch(dataset_copy, te=Raw(), workers=2)
 
 
+def test_copy_without_fingerprints_warns_once_per_process(dataset_copy, tmp_path, caplog):
+    """New mtimes, old sizes, no fingerprints to check: accepted, one warning per process (not per shard)."""
+    import logging
+
+    from energon_arrow.loader.reader import SampleReader
+    from tests.query.test_copied_dataset import _drop_fingerprints, cp_r
+
+    copy = cp_r(dataset_copy, str(tmp_path / "moved"))
+    _drop_fingerprints(copy)
+    src = open_split(copy, "train")
+    with caplog.at_level(logging.WARNING, logger="energon_arrow.query.sideindex"):
+        reader = SampleReader(src)
+        for first in np.asarray(src.shard_runs()[0]):
+            assert len(reader.read(np.array([first]))) == 1  # one row of each shard of the split
+    assert int(src.shard_check._checked.sum()) == 3
+    assert caplog.text.count("have new modification times but their old size") == 1
+
+
 def test_split_naming_an_unknown_shard_is_refused(dataset_copy):
     from energon_arrow.meta.errors import MetaError
 
