@@ -226,12 +226,18 @@ def _global_rows(
 def build_row_index(
     storage: Storage, counts: np.ndarray, tables: dict, folder: str, identity: list[str]
 ) -> None:
-    """Write the row index into `folder` atomically (a private temporary folder renamed into place)."""
+    """Write the row index into `folder` atomically (a private temporary folder renamed into place). The caller
+    holds `build_lock(folder)`: any temporary folder of this entry left in `folder`'s parent is abandoned (its
+    builder was killed; a process that died moments ago may not be reaped yet) and is removed first."""
     from energon_arrow.adapters.publish import private_mkdtemp
 
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
-    tmp = private_mkdtemp(".rows-", parent)
+    prefix = f".{os.path.basename(folder)}.rows-"
+    for name in os.listdir(parent):
+        if name.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    tmp = private_mkdtemp(prefix, parent)
     try:
         _write(storage, np.asarray(counts, np.int64), tables, tmp, identity)
         old = folder + ".old"

@@ -100,7 +100,7 @@ def test_killed_builder_leaves_no_entry_and_the_next_opener_builds(remote_copy):
     assert waiter.exitcode == 0 and got[0] == TRAIN_ROWS
     assert _builds(log) == 2
     assert len(_entries(rows)) == 1
-    assert not [n for n in os.listdir(rows) if n.startswith(".rows-")]  # the killed build's folder removed
+    assert not [n for n in os.listdir(rows) if ".rows-" in n]  # the killed build's folder removed
     again = CTX.Process(target=_open, args=(url, log, None, None, 0.0, None))
     again.start()
     again.join(60)
@@ -116,5 +116,7 @@ def test_killed_builder_alone_leaves_no_entry(remote_copy):
     os.kill(builder.pid, signal.SIGKILL)
     builder.join(60)
     assert _entries(rows) == []  # only the lock file and the abandoned temporary folder
+    assert len([n for n in os.listdir(rows) if ".rows-" in n]) == 1
     assert len(open_split(url, "train")) == TRAIN_ROWS
     assert len(_entries(rows)) == 1
+    assert not [n for n in os.listdir(rows) if ".rows-" in n]
