@@ -9,7 +9,6 @@ and ETags). So opening costs O(folders) system calls, and a changed shard is nam
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 
@@ -20,8 +19,6 @@ import pyarrow.compute as pc
 from energon_arrow.adapters import FileInfo, Storage
 from energon_arrow.loader.errors import StaleIndexError
 from energon_arrow.query.errors import StaleIndexError as QueryStaleIndexError
-
-log = logging.getLogger(__name__)
 
 
 def check_listed(storage: Storage, paths: list[str]) -> None:
