@@ -47,6 +47,7 @@ if tool == "ours":
     import energon_arrow as api
     import energon_arrow.loader.dataset, energon_arrow.loader.energon_api, energon_arrow.loader.loader  # noqa
     import energon_arrow.loader.source, energon_arrow.query  # noqa: F401  (imported lazily by the first open)
+    import energon_arrow.query.sideindex, energon_arrow.query.splits, fsspec  # noqa: F401  (likewise)
 else:
     from megatron import energon as api
 import pandas, pyarrow.compute, torch  # noqa: F401  (import costs reported apart from the open)
@@ -155,13 +156,21 @@ def _datasets(base: str, size: str) -> tuple[str, str | None]:
 
 def _prepare_ours(root: str, index_only: bool) -> float:
     if index_only:  # the side index exists (tiled): time the loader's row-index build alone
-        from energon_arrow.adapters import open_storage
-        from energon_arrow.loader.row_index import LOCAL_REL, write_row_index
+        from energon_arrow.loader.row_index import LOCAL_REL
 
         shutil.rmtree(os.path.join(root, LOCAL_REL), ignore_errors=True)
-        t0 = time.perf_counter()
-        write_row_index(open_storage(root))
-        return time.perf_counter() - t0
+        # in a child process: Linux keeps ru_maxrss across fork + exec, so a build in this process would show
+        # up as the peak RSS of every measurement process started after it
+        code = (
+            "import sys, time\nfrom energon_arrow.adapters import open_storage\n"
+            "from energon_arrow.loader.row_index import write_row_index\n"
+            "t0 = time.perf_counter()\nwrite_row_index(open_storage(sys.argv[1]))\nprint(time.perf_counter() - t0)"
+        )
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"row index build of {root} failed:\n{proc.stderr[-3000:]}")
+        return float(proc.stdout.strip().splitlines()[-1])
     shutil.rmtree(os.path.join(root, ".nv-meta"), ignore_errors=True)
     cmd = [sys.executable, "-m", "energon_arrow", "prepare", root, "--non-interactive", "--split-ratio", "1,0,0", "--sample-type",
            "CaptioningSample", "--field-map", '{"image": "jpg", "caption": "txt"}', "--num-workers", "2"]  # fmt: skip

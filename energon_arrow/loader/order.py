@@ -67,10 +67,14 @@ class BlockLayout:
             self.sizes = np.zeros(0, np.int64)
             return
         per_run = -(-lengths // block_size)
-        first = np.repeat(runs, per_run)
-        k = np.arange(per_run.sum()) - np.repeat(np.cumsum(per_run) - per_run, per_run)
-        self.starts = first + k * block_size
-        self.sizes = np.minimum(block_size, np.repeat(runs + lengths, per_run) - self.starts)
+        # block j of the table, the k-th of its run r: starts at runs[r] + k * block_size, where k is j minus the
+        # run's first block; one repeat of the per-run constant (runs[r] - first block * block_size) does it
+        before = np.cumsum(per_run) - per_run
+        self.starts = np.repeat(runs - before * block_size, per_run)
+        self.starts += np.arange(int(per_run.sum()), dtype=np.int64) * block_size
+        self.sizes = np.repeat(runs + lengths, per_run)
+        self.sizes -= self.starts
+        np.minimum(self.sizes, block_size, out=self.sizes)
 
 
 def combine_multipliers(outer: int | None, inner: int | None) -> int | None:

@@ -86,9 +86,12 @@ class SampleReader:
     def _fd(self, shard: int) -> int:
         path = self.src.storage.local_path(self.src.shard_paths[shard])
         try:
-            return self._files.fd(path)
+            fd = self._files.fd(path)
         except OSError as exc:
             raise StaleIndexError(f"{path}: cannot open shard listed in the index: {exc.strerror}") from None
+        if self.src.shard_check is not None:
+            self.src.shard_check.opened(shard, fd)
+        return fd
 
     def announce(self, rows: np.ndarray) -> None:
         """Rows of a later batch: local reads need no plan (CachedShardReader starts fetching their shards)."""

@@ -14,7 +14,9 @@ Rows are the dataset's samples in (shard_id, sample_index) order, so the row of 
 Where: `<dataset>/.nv-meta/arrow/loader/` for a local dataset (prepare writes it; a loader builds it there on first
 use when the folder is writable), else a node-local cache folder `$ENERGON_ARROW_CACHE/rows/<digest>/` (default
 ~/.cache/energon-arrow/rows). The build streams the side index in record batches (bounded memory) into a private
-temporary folder that is renamed into place, so readers never see a partial index.
+temporary folder that is renamed into place, so readers never see a partial index. The first build takes an
+exclusive lock on `<folder>.lock` (`build_lock`): ranks and processes of one node opening the dataset together
+wait for the one that builds it, then map its result.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import mmap
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,11 +142,14 @@ def open_row_index(
     last: Exception | None = None
     for folder in folders:
         try:
-            build_row_index(storage, counts, tables, folder, identity)
+            with build_lock(folder):  # other ranks / processes of this node wait here, then map its result
+                index = _load(folder, identity, len(counts))
+                if index is None:
+                    build_row_index(storage, counts, tables, folder, identity)
+                    index = _load(folder, identity, len(counts))
         except OSError as exc:  # not writable: try the next place
             last = exc
             continue
-        index = _load(folder, identity, len(counts))
         if index is not None:
             return index
     raise LoaderError(f"{storage.url}: cannot write the loader's row index to {folders} ({last})")
@@ -160,8 +166,26 @@ def write_row_index(storage: Storage) -> str:
     folder = storage.local_path(LOCAL_REL)
     counts = ints_to_numpy(side.tables["shards"].column("sample_count"))
     tables = {k: v for k, v in side.tables.items() if k != "shards"}
-    build_row_index(storage, counts, tables, folder, side_identity(storage, False))
+    with build_lock(folder):
+        build_row_index(storage, counts, tables, folder, side_identity(storage, False))
     return folder
+
+
+@contextmanager
+def build_lock(folder: str) -> Iterator[None]:
+    """Hold an exclusive `flock` on `<folder>.lock` (created beside the row index folder): one process of a node
+    builds a row index while the others wait. The kernel releases the lock when its holder dies, so a killed
+    builder never blocks the next one (which then builds: the killed one's temporary folder never became the
+    index, and is removed as abandoned)."""
+    import fcntl
+
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    fd = os.open(folder + ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _batches(storage: Storage, tables: dict[str, pa.Table], name: str, columns: list[str]) -> Iterator:
@@ -202,12 +226,18 @@ def _global_rows(
 def build_row_index(
     storage: Storage, counts: np.ndarray, tables: dict, folder: str, identity: list[str]
 ) -> None:
-    """Write the row index into `folder` atomically (a private temporary folder renamed into place)."""
+    """Write the row index into `folder` atomically (a private temporary folder renamed into place). The caller
+    holds `build_lock(folder)`: any temporary folder of this entry left in `folder`'s parent is abandoned (its
+    builder was killed; a process that died moments ago may not be reaped yet) and is removed first."""
     from energon_arrow.adapters.publish import private_mkdtemp
 
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
-    tmp = private_mkdtemp(".rows-", parent)
+    prefix = f".{os.path.basename(folder)}.rows-"
+    for name in os.listdir(parent):
+        if name.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    tmp = private_mkdtemp(prefix, parent)
     try:
         _write(storage, np.asarray(counts, np.int64), tables, tmp, identity)
         old = folder + ".old"

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.row_index import RowIndex, open_row_index
+from energon_arrow.loader.shard_check import ShardCheck, check_listed
 from energon_arrow.loader.split_rows import MappedColumn, MappedKeys, RowMap, split_row_map
 from energon_arrow.meta import DatasetYaml
 
@@ -48,6 +49,9 @@ class SplitSource:
     _key_maps: list = field(default_factory=list)  # memory maps behind `keys` (see map_index)
     builder: Any = None  # the SampleBuilder class for this source (None: SampleBuilder; JSONL has its own)
     rowmap: RowMap | None = None  # the split's runs of row-index rows when the columns are MappedColumns
+    shard_check: ShardCheck | None = (
+        None  # local shards: identity checked at first read (loader/shard_check.py)
+    )
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -165,7 +169,7 @@ def open_split(
     from energon_arrow.meta.info import read_info
     from energon_arrow.meta.split import read_split
     from energon_arrow.query.errors import QueryError
-    from energon_arrow.query.sideindex import load_side_index, verify_shards
+    from energon_arrow.query.sideindex import check_shard_paths, load_side_index, verify_shards
     from energon_arrow.query.splits import split_tables
 
     storage = path if isinstance(path, Storage) else open_storage(path, storage_options)
@@ -173,7 +177,12 @@ def open_split(
     side = load_side_index(storage)
     shards = side.tables["shards"]
     paths = list(info.shard_counts)
-    if verify:
+    check = None
+    if verify and storage.is_local:  # O(folders) now, each shard's identity when a process first opens it
+        check_shard_paths(storage, shards, paths)
+        check_listed(storage, paths)
+        check = ShardCheck(storage, shards)
+    elif verify:  # object stores: one listing has every shard's size and ETag
         verify_shards(storage, shards, paths)
     config = read_split(storage, split_config).expanded()  # once: split_tables looks at it three times
     if split not in config.split_parts:
@@ -193,10 +202,12 @@ def open_split(
     rowmap = split_row_map(index, mine["shard_id"].to_numpy().astype(np.int64), excluded)
     del side
     _trim_heap()
-    return mapped_source(
+    src = mapped_source(
         storage, paths, index, rowmap, read_dataset_yaml(storage, dataset_yaml), subflavors,
         f"{storage.url} split {split!r}",
     )  # fmt: skip
+    src.shard_check = check
+    return src
 
 
 def mapped_source(
@@ -270,9 +281,7 @@ def _trim_heap() -> None:
     """Return the freed parts of the C heap (left by building the index) to the OS before workers fork, so the
     workers' allocations do not copy-on-write stale parent heap pages."""
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "malloc_trim"):
+    libc = ctypes.CDLL(None)  # the process's own symbols (libc's among them): no `ldconfig -p` lookup
+    if hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)

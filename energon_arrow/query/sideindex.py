@@ -181,6 +181,13 @@ def verify_shards(storage: Storage, shards: pa.Table, expected: list[str]) -> No
     (written by an earlier version, or converted from index.sqlite) accepts such a shard when only the mtime
     differs, and logs that its content could not be checked.
     """
+    check_shard_paths(storage, shards, expected)
+    listing = {f.path: f for f in storage.scan("**/*.tar")}
+    warn_unverified(storage, compare_shards(storage, shards, listing))
+
+
+def check_shard_paths(storage: Storage, shards: pa.Table, expected: list[str]) -> None:
+    """Raise StaleIndexError when the shards table lists other shards than .info.json (`expected`)."""
     paths = shards.column("path").to_pylist()
     if paths != expected:
         extra = (
@@ -190,19 +197,32 @@ def verify_shards(storage: Storage, shards: pa.Table, expected: list[str]) -> No
             f"{storage.url}: the side index lists different shards than .nv-meta/.info.json (first difference: "
             f"{extra[0]}); refresh it with {_prepare_hint(storage)}"
         )
-    listing = {f.path: f for f in storage.scan("**/*.tar")}
+
+
+def warn_unverified(storage: Storage, unverified: list[str]) -> None:
+    if unverified:
+        log.warning(
+            "%s: %d shard(s) have new modification times but their old size (first: %s) and the side index has "
+            "no content fingerprints to check them; `energon-arrow prepare` records them",
+            storage.url,
+            len(unverified),
+            unverified[0],
+        )
+
+
+def compare_shards(storage: Storage, shards: pa.Table, listing: dict) -> list[str]:
+    """Compare rows of the shards table with what the store says now (`listing`: path -> FileInfo); raise
+    StaleIndexError naming the first shard that changed (see verify_shards). Returns the shards accepted
+    unverified (mtime moved, no fingerprint recorded)."""
     rows = zip(
-        paths, *(shards.column(c).to_pylist() for c in ("size", "mtime", "etag", "data_end", "fingerprint"))
+        *(shards.column(c).to_pylist() for c in ("path", "size", "mtime", "etag", "data_end", "fingerprint"))
     )
     to_fingerprint: list[tuple[str, int, int, str]] = []
     unverified: list[str] = []
     for path, size, mtime, etag, data_end, fingerprint in rows:
         now = listing.get(path)
         if now is None:
-            raise StaleIndexError(
-                f"{storage.url_of(path)}: shard is in the index but missing on storage; "
-                f"refresh the index with {_prepare_hint(storage)}"
-            )
+            raise_missing(storage, path)
         if now.size != size:
             _raise_changed(storage, path, f"size {size} -> {now.size}")
         moved = _moved(mtime, etag, now)
@@ -215,14 +235,14 @@ def verify_shards(storage: Storage, shards: pa.Table, expected: list[str]) -> No
         else:
             _raise_changed(storage, path, moved)
     _check_fingerprints(storage, to_fingerprint)
-    if unverified:
-        log.warning(
-            "%s: %d shard(s) have new modification times but their old size (first: %s) and the side index has "
-            "no content fingerprints to check them; `energon-arrow prepare` records them",
-            storage.url,
-            len(unverified),
-            unverified[0],
-        )
+    return unverified
+
+
+def raise_missing(storage: Storage, path: str):
+    raise StaleIndexError(
+        f"{storage.url_of(path)}: shard is in the index but missing on storage; "
+        f"refresh the index with {_prepare_hint(storage)}"
+    )
 
 
 def _moved(mtime, etag, now) -> str | None:

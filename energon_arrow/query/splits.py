@@ -7,6 +7,7 @@ sample (energon compares `f"{shard}/{key}"`, so keys are matched within their ow
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,22 +37,29 @@ EXCLUDES_SCHEMA = pa.schema(
 
 def split_tables(config: SplitConfig, shard_paths: list[str], where: str) -> tuple[pa.Table, pa.Table]:
     """(splits, excludes) tables for a split config over the dataset's shards (in .info.json order)."""
-    shard_ids = {p: i for i, p in enumerate(shard_paths)}
     expanded = config.expanded()
-    excluded = set(expanded.exclude)
-    rows: dict[str, list] = {name: [] for name in SPLITS_SCHEMA.names}
-    for split, entries in expanded.split_parts.items():
-        for position, path in enumerate(entries):
-            if path not in shard_ids:
-                raise MetaError(
-                    f"{where}: split {split!r} names shard {path!r}, which is not in .nv-meta/.info.json "
-                    f"({len(shard_paths)} shards)"
-                )
-            for name, value in zip(
-                SPLITS_SCHEMA.names, (split, position, shard_ids[path], path, path in excluded)
-            ):
-                rows[name].append(value)
-    splits = pa.Table.from_pydict(rows, schema=SPLITS_SCHEMA)
+    shards = pa.array(shard_paths, pa.string())
+    names = list(expanded.split_parts)
+    lengths = np.array([len(expanded.split_parts[n]) for n in names], np.int64)
+    paths = pa.array([p for n in names for p in expanded.split_parts[n]], pa.string())
+    ids = pc.index_in(paths, value_set=shards)
+    if ids.null_count:
+        i = int(pc.index(pc.is_null(ids), True).as_py())
+        split = names[int(np.searchsorted(np.cumsum(lengths), i, side="right"))]
+        raise MetaError(
+            f"{where}: split {split!r} names shard {paths[i].as_py()!r}, which is not in .nv-meta/.info.json "
+            f"({len(shard_paths)} shards)"
+        )
+    starts = np.cumsum(lengths) - lengths
+    position = np.arange(len(paths), dtype=np.int64) - np.repeat(starts, lengths)
+    split_col = pa.DictionaryArray.from_arrays(
+        pa.array(np.repeat(np.arange(len(names), dtype=np.int32), lengths)), pa.array(names, pa.string())
+    ).cast(pa.string())
+    excluded = pc.is_in(paths, value_set=pa.array(expanded.exclude, pa.string()))
+    splits = pa.Table.from_arrays(
+        [split_col, pa.array(position.astype(np.int32)), ids.cast(pa.int32()), paths, excluded],
+        schema=SPLITS_SCHEMA,
+    )
     excludes = exclude_table(expanded.exclude, shard_paths)
     return splits, excludes
 

@@ -147,7 +147,37 @@ def _destroy_data_pages(path: str) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def test_million_sample_split_opens_from_the_map_alone(tmp_path):
+class FileCalls:
+    """Counts the `os` calls that name a path under `root` (stat / lstat of files, scandir / listdir / walk of
+    folders) while installed with monkeypatch; `os.fstat` of open descriptors separately."""
+
+    def __init__(self, root: str, monkeypatch):
+        self.root = os.path.realpath(root) + os.sep
+        self.stats: list[str] = []
+        self.listings: list[str] = []
+        self.fstats = 0
+        for name, calls in (("stat", self.stats), ("lstat", self.stats)):
+            monkeypatch.setattr(os, name, self._wrap(getattr(os, name), calls))
+        for name in ("scandir", "listdir", "walk"):
+            monkeypatch.setattr(os, name, self._wrap(getattr(os, name), self.listings))
+        real_fstat = os.fstat
+
+        def fstat(fd, *a, **kw):
+            self.fstats += 1
+            return real_fstat(fd, *a, **kw)
+
+        monkeypatch.setattr(os, "fstat", fstat)
+
+    def _wrap(self, real, calls: list[str]):
+        def call(path=".", *a, **kw):
+            if isinstance(path, (str, os.PathLike)) and os.path.abspath(path).startswith(self.root):
+                calls.append(os.path.abspath(path)[len(self.root) :])
+            return real(path, *a, **kw)
+
+        return call
+
+
+def test_million_sample_split_opens_from_the_map_alone(tmp_path, monkeypatch):
     root = write_scale_dataset(str(tmp_path / "big"), shards=250, per_shard=4000, image_bytes=16)
     n = 1_000_000
     first = open_split(root, "train")  # builds the row index once (prepare writes it for its datasets)
@@ -156,19 +186,93 @@ def test_million_sample_split_opens_from_the_map_alone(tmp_path):
         _destroy_data_pages(os.path.join(root, ".nv-meta", "arrow", f"{name}.parquet"))
     del first
     arrow_before = pa.total_allocated_bytes()
-    tracemalloc.start()
-    try:
-        src = open_split(root, "train")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    with monkeypatch.context() as m:
+        calls = FileCalls(root, m)
+        tracemalloc.start()
+        try:
+            src = open_split(root, "train")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
     assert peak < 2 * n  # well under the 16 bytes per sample target: the per-shard state only
     assert pa.total_allocated_bytes() - arrow_before < 2 * n
+    # O(folders) system calls: the one shard folder listed once, no shard stat'ed (checked at first read)
+    assert calls.listings == ["shards"]
+    assert not [p for p in calls.stats if p.startswith("shards")] and calls.fstats == 0
     assert len(src) == n and len(src.rowmap.first) == 250
     assert isinstance(src.byte_offset.table, np.memmap)
     ds = BatchDataset([src], LoaderSettings(global_batch_size=16, seed=1), decoder=PartDecoder(raw=True))
     (_, _, batch, _) = next(iter(ds))
     assert len(batch.__key__) == 16 and all(len(bytes(j)) == 16 for j in batch.image)
+    assert 1 <= int(src.shard_check._checked.sum()) <= 16  # the shards of the batch, checked once each
+
+
+def test_changed_local_shards_are_named_at_open_or_first_read(dataset_copy):
+    """Missing shards fail the open (the folder listing); a changed size fails the first read of that shard."""
+    src = open_split(dataset_copy, "train")
+    sid = int(np.asarray(src.shard_id)[0])
+    path = os.path.join(dataset_copy, src.shard_paths[sid])
+    with open(path, "ab") as f:
+        f.write(b"\0" * 512)
+    from energon_arrow.loader.errors import StaleIndexError
+    from energon_arrow.loader.reader import SampleReader
+    from energon_arrow.query import StaleIndexError as QueryStaleIndexError
+
+    src = open_split(dataset_copy, "train")  # no stat at open
+    with pytest.raises(
+        StaleIndexError, match=rf"{src.shard_paths[sid]}: shard changed since it was indexed \(size"
+    ):
+        SampleReader(src).read(np.array([0]))
+    os.remove(path)
+    with pytest.raises(
+        QueryStaleIndexError, match=rf"{src.shard_paths[sid]}: shard is in the index but missing"
+    ):
+        open_split(dataset_copy, "train")
+    assert len(open_split(dataset_copy, "train", verify=False)) == len(src)
+
+
+def test_changed_shard_is_named_by_a_dataloader_worker(dataset_copy):
+    """The check at first read runs in the DataLoader worker that reads the shard; its error reaches the
+    training process naming the shard."""
+    import energon_arrow as ea
+    from tests.loader.conftest import first_batch
+
+    class Raw(ea.DefaultTaskEncoder):
+        decoder = None
+
+    for name in os.listdir(os.path.join(dataset_copy, "shards")):
+        with open(os.path.join(dataset_copy, "shards", name), "ab") as f:
+            f.write(b"\0" * 512)  # every shard: whichever the first batch reads
+    with pytest.raises(Exception, match=r"shard-00000\d\.tar: shard changed since it was indexed \(size"):
+        first_batch(dataset_copy, te=Raw(), workers=2)
+
+
+def test_copy_without_fingerprints_warns_once_per_process(dataset_copy, tmp_path, caplog):
+    """New mtimes, old sizes, no fingerprints to check: accepted, one warning per process (not per shard)."""
+    import logging
+
+    from energon_arrow.loader.reader import SampleReader
+    from tests.query.test_copied_dataset import _drop_fingerprints, cp_r
+
+    copy = cp_r(dataset_copy, str(tmp_path / "moved"))
+    _drop_fingerprints(copy)
+    src = open_split(copy, "train")
+    with caplog.at_level(logging.WARNING, logger="energon_arrow.query.sideindex"):
+        reader = SampleReader(src)
+        for first in np.asarray(src.shard_runs()[0]):
+            assert len(reader.read(np.array([first]))) == 1  # one row of each shard of the split
+    assert int(src.shard_check._checked.sum()) == 3
+    assert caplog.text.count("have new modification times but their old size") == 1
+
+
+def test_split_naming_an_unknown_shard_is_refused(dataset_copy):
+    from energon_arrow.meta.errors import MetaError
+
+    _write_split(
+        dataset_copy, {"split_parts": {"train": ["shards/shard-000000.tar"], "val": ["shards/nope.tar"]}}
+    )
+    with pytest.raises(MetaError, match=r"split 'val' names shard 'shards/nope.tar', which is not in"):
+        open_split(dataset_copy, "train")
 
 
 def test_row_index_follows_a_new_side_index(dataset_copy):
@@ -220,3 +324,28 @@ def test_dataset_prepared_by_energon_gets_its_row_index_once(energon_prepared_ro
     again = open_split(root, "train")
     assert os.stat(manifest).st_mtime_ns == stamp  # reused, not rebuilt
     assert _columns(first) == _columns(again) == _columns(_query_source(root, "train"))
+
+
+def test_shard_listing_is_one_listdir_per_folder(tmp_path, monkeypatch):
+    from energon_arrow.loader.shard_check import check_listed
+    from energon_arrow.query import StaleIndexError
+
+    paths = ["a.tar", "x/b.tar", "x/c.tar", "x/y/d.tar", "z/e.tar"]
+    for p in paths[:-1]:
+        (tmp_path / p).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / p).write_bytes(b"")
+    storage = open_storage(str(tmp_path))
+    with pytest.raises(StaleIndexError, match=r"z/e\.tar: shard is in the index but missing on storage"):
+        check_listed(storage, paths)  # its folder does not exist
+    (tmp_path / "z").mkdir()
+    (tmp_path / "z" / "e.tar").write_bytes(b"")
+    (tmp_path / "x" / "d.tar").write_bytes(b"")  # same name in another folder: not x/y/d.tar
+    os.remove(tmp_path / "x" / "y" / "d.tar")
+    with pytest.raises(StaleIndexError, match=r"x/y/d\.tar: shard is in the index but missing"):
+        check_listed(storage, paths)
+    (tmp_path / "x" / "y" / "d.tar").write_bytes(b"")
+    with monkeypatch.context() as m:
+        calls = FileCalls(str(tmp_path), m)
+        check_listed(storage, paths)
+    # one listdir per folder (the root, "a.tar"'s folder, is not under FileCalls' prefix), no stat
+    assert sorted(calls.listings) == ["x", "x/y", "z"] and calls.stats == []
