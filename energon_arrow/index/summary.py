@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from energon_arrow.tar.arrow import ints_to_numpy
+from energon_arrow.tar.arrow import from_numpy, ints_to_numpy
 
 SUMMARY_FILE = "summary.parquet"  # in SIDE_INDEX_DIR
 SUMMARY_KEY = b"energon_arrow.summary_of"
@@ -77,13 +77,13 @@ def summarize(parts: pa.Table) -> pa.Table:
     keys = np.flatnonzero(parts_n)
     out = pa.Table.from_arrays(
         [
-            pa.array(ids[new_shard][keys // width].astype(np.int32)),
-            names.dictionary.take(pa.array(keys % width)),
-            pa.array(parts_n[keys].astype(np.int64)),
-            pa.array(samples[keys].astype(np.int64)),
-            pa.array(total[keys].astype(np.int64)),
-            pa.array(low[keys]),
-            pa.array(high[keys]),
+            from_numpy(ids[new_shard][keys // width], np.int32),
+            names.dictionary.take(from_numpy(keys % width)),
+            from_numpy(parts_n[keys]),
+            from_numpy(samples[keys]),
+            from_numpy(total[keys]),
+            from_numpy(low[keys]),
+            from_numpy(high[keys]),
         ],
         schema=SUMMARY_SCHEMA,
     )

@@ -2,6 +2,8 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -272,3 +274,19 @@ def test_prepare_with_tmp_path_removes_builds_of_dead_processes(dataset, tmp_pat
     (dead / "index.sqlite").write_bytes(b"half")
     prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, tmp_path=str(tmp)))
     assert os.listdir(tmp) == []
+
+
+def test_prepare_cli_imports_neither_pandas_nor_duckdb(dataset):
+    """Both cost ~0.5 s of start-up each: prepare (side index, summary, row index, index.sqlite) needs neither
+    (`pa.array` of a numpy array imports pandas: tar.arrow.from_numpy is used instead)."""
+    code = (
+        "import sys\n"
+        "from energon_arrow.cli.main import main\n"
+        "try:\n"
+        f"    main(['prepare', {dataset!r}, '--non-interactive', '--split-ratio', '8,1,1', '--no-progress'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print(sorted(m for m in ('pandas', 'duckdb') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
