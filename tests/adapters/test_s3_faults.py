@@ -8,6 +8,7 @@ import pytest
 
 from energon_arrow.adapters import AccessDenied, NotFound, RetryPolicy, TransientError, open_storage
 from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+from tests.processes import run_collecting
 
 pytestmark = pytest.mark.s3
 
@@ -176,12 +177,7 @@ def test_forked_workers_inherit_credentials_and_build_their_own_clients(s3_serve
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_read_in_worker, args=(store, name, queue)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    results = [queue.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    results = run_collecting(procs, queue)
     assert results == [data[300:304] + data[7:9]] * 2
 
 

@@ -14,6 +14,7 @@ from energon_arrow.adapters import InvalidStorageOptions, open_storage
 from energon_arrow.adapters.shard_cache import ShardCache
 from energon_arrow.testing.faultproxy import FaultProxy
 from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+from tests.processes import run_collecting
 
 
 def _memory_store(memory_root, cache_dir, max_bytes=1 << 20):
@@ -121,12 +122,7 @@ def test_concurrent_fills_by_two_processes_fetch_once(s3_server, tmp_path):
         procs = [
             ctx.Process(target=_fill_in_child, args=(store, "shard.tar", barrier, results)) for _ in range(2)
         ]
-        for p in procs:
-            p.start()
-        got = [results.get(timeout=60) for _ in procs]
-        for p in procs:
-            p.join(30)
-            assert p.exitcode == 0
+        got = run_collecting(procs, results)
         assert got == [data, data]
         gets = [r for r in proxy.requests if r[0] == "GET"]
         assert len(gets) == 1  # one 8 MiB-block stream, fetched by one of the two processes

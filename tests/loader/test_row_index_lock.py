@@ -20,6 +20,7 @@ import pytest
 from energon_arrow.loader import row_index
 from energon_arrow.loader.source import open_split
 from tests.loader.conftest import PER_SHARD
+from tests.processes import run_collecting
 
 CTX = mp.get_context("fork")
 TRAIN_ROWS = 3 * PER_SHARD  # 3 of the 4 shards
@@ -70,12 +71,7 @@ def test_processes_opening_together_build_once(remote_copy):
     barrier, results = CTX.Barrier(3), CTX.Queue()
     # each build is held 0.5 s: without the lock all three would build
     procs = [CTX.Process(target=_open, args=(url, log, barrier, None, 0.5, results)) for _ in range(3)]
-    for p in procs:
-        p.start()
-    got = [results.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    got = run_collecting(procs, results, timeout=120)
     assert _builds(log) == 1
     assert len(_entries(rows)) == 1
     assert all(g == got[0] for g in got) and got[0][0] == TRAIN_ROWS
