@@ -275,6 +275,7 @@ def test_split_naming_an_unknown_shard_is_refused(dataset_copy):
         open_split(dataset_copy, "train")
 
 
+@pytest.mark.heavy
 def test_row_index_follows_a_new_side_index(dataset_copy):
     src = open_split(dataset_copy, "train")
     manifest = os.path.join(dataset_copy, LOCAL_REL, "manifest.json")

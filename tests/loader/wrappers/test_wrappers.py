@@ -195,6 +195,7 @@ def test_shuffle_buffer(val):
     assert all(VAL_KEYS.index(k) <= i + 9 for i, k in enumerate(got))
 
 
+@pytest.mark.heavy
 def test_log_sample_and_gc(val, caplog):
     with caplog.at_level(logging.DEBUG, logger="energon_arrow.loader.wrappers.map"):
         ds = ea.LogSampleDataset(ea.GcDataset(val, worker_config=wc(), every_n_iter=5), "train", wc())
