@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from energon_arrow.adapters import FileInfo, Storage
 from energon_arrow.loader.errors import StaleIndexError
 from energon_arrow.query.errors import StaleIndexError as QueryStaleIndexError
+from energon_arrow.tar.arrow import from_bytes_list
 
 
 def check_listed(storage: Storage, paths: list[str]) -> None:
@@ -26,7 +27,7 @@ def check_listed(storage: Storage, paths: list[str]) -> None:
     one `os.listdir` per folder, no stat."""
     from energon_arrow.query.sideindex import raise_missing
 
-    arr = pa.array(paths, pa.string())
+    arr = from_bytes_list(paths, pa.string())  # not pa.array: it imports pandas
     folders = pc.replace_substring_regex(arr, r"(^|/)[^/]*$", "")
     names = pc.replace_substring_regex(arr, r"^.*/", "")
     present = np.zeros(len(arr), bool)
@@ -36,7 +37,7 @@ def check_listed(storage: Storage, paths: list[str]) -> None:
         except (FileNotFoundError, NotADirectoryError):
             continue  # every shard in it is missing
         mine = pc.equal(folders, folder)
-        hit = pc.is_in(names, value_set=pa.array(listed, pa.string()))
+        hit = pc.is_in(names, value_set=from_bytes_list(listed, pa.string()))
         present |= pc.and_(mine, hit).to_numpy(zero_copy_only=False)
     if not present.all():
         raise_missing(storage, paths[int(np.argmin(present))])

@@ -49,9 +49,7 @@ class SplitSource:
     _key_maps: list = field(default_factory=list)  # memory maps behind `keys` (see map_index)
     builder: Any = None  # the SampleBuilder class for this source (None: SampleBuilder; JSONL has its own)
     rowmap: RowMap | None = None  # the split's runs of row-index rows when the columns are MappedColumns
-    shard_check: ShardCheck | None = (
-        None  # local shards: identity checked at first read (loader/shard_check.py)
-    )
+    shard_check: ShardCheck | None = None  # local shards: identity checked at first read (shard_check.py)
 
     def __len__(self) -> int:
         return len(self.shard_id)
