@@ -9,9 +9,8 @@ Data (generated with Pillow, prepared with `energon prepare` once under `$EA_BEN
   same resize + center crop in `encode_sample` on PIL images;
 - the decode limit: workers x one core's Pillow decode rate on the same files (open + load + RGB + numpy array),
   measured with WORKERS processes decoding their shares at the same time (same machine load as the loader).
-- with CUDA, the GPU section (benchmarks/bench_images_gpu.py: nvjpeg decode of the compressed bytes, the loader
-  with `image_device_decode=True`, host-to-device of uint8 batches vs a plain pinned copy_); else it prints
-  "not measured: no GPU".
+The GPU section (nvjpeg decode, the loader with `image_device_decode=True`, host-to-device) is its own benchmark:
+`python -m benchmarks.run images_gpu` (benchmarks/bench_images_gpu.py).
 --quick shrinks the datasets (sanity runs only). The medians are also drawn as bars next to the decode limit in
 benchmarks/results/images.svg (for docs/benchmarks.md).
 """
@@ -23,26 +22,48 @@ import os
 import tarfile
 import time
 
-from benchmarks.bench_images_gpu import gpu_comparisons
 from benchmarks.harness import RESULTS_DIR, Comparison, alternate
 
 BATCH, WORKERS, TARGET = 32, 2, 224
 
 
-def _prepared(root: str, shards: int, per_shard: int, size: tuple[int, int], varied: bool) -> str:
+def _prepared(
+    root: str, shards: int, per_shard: int, size: tuple[int, int], varied: bool, by_energon: bool = True
+) -> str:
+    """The image dataset under `root`, written and prepared once: by `energon prepare` (then our side index is
+    built from its index.sqlite outside the timing), or by energon-arrow's prepare where energon is not
+    installed (the GPU section alone)."""
     if os.path.exists(os.path.join(root, ".nv-meta", "index.sqlite")):
         return root
     import shutil
 
     from energon_arrow.query import open_dataset
     from energon_arrow.testing.images import write_image_webdataset
-    from energon_arrow.testing.reference import energon_prepare
 
     shutil.rmtree(root, ignore_errors=True)
     write_image_webdataset(root, shards, per_shard, size=size, varied=varied, quality=90)
-    energon_prepare(root, split_ratio="1,0,0")
+    if by_energon:
+        from energon_arrow.testing.reference import energon_prepare
+
+        energon_prepare(root, split_ratio="1,0,0")
+    else:
+        from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+        from energon_arrow.meta import field_map_dataset, parse_split_ratio
+
+        dataset_yaml = field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "txt"})
+        prepare_dataset(
+            root, PrepareOptions(split_ratio=parse_split_ratio("1,0,0"), dataset_yaml=dataset_yaml)
+        )
     open_dataset(root).close()  # our side index, built once outside the timing
     return root
+
+
+def fixed_dataset(quick: bool, by_energon: bool = True) -> tuple[str, int, int]:
+    """(root, shards, samples per shard) of the 384x384 set."""
+    base = os.environ.get("EA_BENCH_DIR", "/tmp/ea-bench-images")
+    shards, per_shard = (4, 100) if quick else (16, 500)
+    root = _prepared(f"{base}/fixed-{shards}x{per_shard}", shards, per_shard, (384, 384), False, by_energon)
+    return root, shards, per_shard
 
 
 def _resize_encoder(api):
@@ -118,6 +139,10 @@ def _payloads(root: str, limit: int) -> list[bytes]:
     return out
 
 
+def benchmark_payloads(root: str, quick: bool) -> list[bytes]:
+    return _payloads(root, 500 if quick else 2000)
+
+
 def _decode_share(payloads: list[bytes]) -> float:
     """One core's work: every payload decoded with Pillow to an RGB numpy array (open + load + convert when not
     RGB + array); returns the seconds it took."""
@@ -138,7 +163,7 @@ def _limit_worker(k: int) -> float:
 _LIMIT_PAYLOADS: list[bytes] = []
 
 
-def _decode_limit(payloads: list[bytes]) -> float:
+def decode_limit(payloads: list[bytes]) -> float:
     """Samples/s of WORKERS cores decoding with Pillow: WORKERS processes (forked, started before the clock) each
     decode their share of the payloads at the same time, so they meet the same machine load as the loader's
     workers; samples / wall time of the slowest."""
@@ -188,12 +213,11 @@ def run(args) -> list[Comparison]:
     base = os.environ.get("EA_BENCH_DIR", "/tmp/ea-bench-images")
     quick = args.quick
     repeats = 1 if quick else args.repeats
-    shards, per_shard = (4, 100) if quick else (16, 500)
-    fixed = _prepared(f"{base}/fixed-{shards}x{per_shard}", shards, per_shard, (384, 384), False)
+    fixed, shards, per_shard = fixed_dataset(quick)
     vshards, vper = (2, 64) if quick else (8, 250)
     varied = _prepared(f"{base}/varied-{vshards}x{vper}", vshards, vper, (64, 1024), True)
-    payloads = _payloads(fixed, 500 if quick else 2000)
-    limits = [_decode_limit(payloads) for _ in range(repeats)]
+    payloads = benchmark_payloads(fixed, quick)
+    limits = [decode_limit(payloads) for _ in range(repeats)]
     label = f"{shards}x{per_shard} JPEGs 384x384 q90, batch {BATCH}, {WORKERS} workers"
     out = []
 
@@ -212,7 +236,7 @@ def run(args) -> list[Comparison]:
     )
 
     uint8, limit2 = alternate(
-        lambda: _ours(fixed, image_decode="torchrgb8"), lambda: _decode_limit(payloads), repeats
+        lambda: _ours(fixed, image_decode="torchrgb8"), lambda: decode_limit(payloads), repeats
     )
     out.append(
         Comparison(
@@ -247,7 +271,6 @@ def run(args) -> list[Comparison]:
         (f"energon-arrow target size {TARGET}, varied set", size_row.ours_median),
         (f"energon 7.4.1 resize {TARGET} in encode_sample", size_row.reference_median),
     ]
-    out += gpu_comparisons(fixed, payloads, lambda: _decode_limit(payloads), BATCH, WORKERS, repeats)
     os.makedirs(RESULTS_DIR, exist_ok=True)
     _svg(
         bars,

@@ -1,5 +1,6 @@
-"""The GPU section of benchmarks/bench_images.py (issue 14): runs only with CUDA, prints "not measured: no GPU"
-otherwise.
+"""GPU image loading (issue 14), `python -m benchmarks.run images_gpu`: runs only with CUDA, prints "not
+measured: no GPU" otherwise. Data: the 384x384 set of benchmarks/bench_images.py (16 shards x 500 JPEGs), prepared
+by energon-arrow when megatron-energon is not installed (a GPU machine needs neither energon nor DuckDB for this).
 
 - compressed-bytes GPU decode: images/s of torchvision's batched `decode_jpeg(list, device="cuda")` (nvjpeg) on
   the benchmark's JPEGs, batches of BATCH, against the CPU decode limit (WORKERS x one core's Pillow rate);
@@ -86,13 +87,27 @@ def _h2d_rates(batch: int, rounds: int = 50) -> tuple[float, float]:
     return stage, plain
 
 
-def gpu_comparisons(root: str, payloads: list[bytes], decode_limit, batch: int, workers: int, repeats: int):
+def run(args) -> list[Comparison]:
     """The GPU rows (an empty list, after saying why, without CUDA or torchvision)."""
+    import importlib.util
+
     import torch
+
+    from benchmarks.bench_images import BATCH, WORKERS, benchmark_payloads, decode_limit, fixed_dataset
 
     if not torch.cuda.is_available():
         print("GPU section: not measured: no GPU")
         return []
+    repeats = 1 if args.quick else args.repeats
+    by_energon = importlib.util.find_spec("megatron") is not None
+    root, _, _ = fixed_dataset(args.quick, by_energon)
+    payloads = benchmark_payloads(root, args.quick)
+    return _comparisons(root, payloads, lambda: decode_limit(payloads), BATCH, WORKERS, repeats)
+
+
+def _comparisons(root: str, payloads: list[bytes], decode_limit, batch: int, workers: int, repeats: int):
+    import torch
+
     out = []
     stage, plain = alternate(lambda: _h2d_rates(batch)[0], lambda: _h2d_rates(batch)[1], repeats)
     out.append(
