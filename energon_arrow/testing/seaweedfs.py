@@ -140,7 +140,7 @@ def stop_process(proc: subprocess.Popen, grace: float = 2.0) -> None:
         proc.wait(10)
 
 
-def start_seaweedfs(timeout: float = 60.0, iam: bool = False) -> SeaweedS3:
+def start_seaweedfs(timeout: float = 60.0, iam: bool = False, max_volumes: int = 16) -> SeaweedS3:
     """Start `weed server -s3` on free loopback ports; return once a bucket can be created.
 
     Without `iam` any key and secret are accepted (no signature check); with it, only the identities of
@@ -170,7 +170,7 @@ def start_seaweedfs(timeout: float = 60.0, iam: bool = False) -> SeaweedS3:
         f"-s3.port.iceberg={iceberg}",
         f"-s3.port.lance={lance}",
         "-master.volumeSizeLimitMB=256",
-        "-volume.max=16",
+        f"-volume.max={max_volumes}",  # x 256 MB of capacity
         "-volume.preStopSeconds=0",
         *extra,
     ]
