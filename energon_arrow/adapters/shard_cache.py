@@ -7,8 +7,16 @@ An entry is one complete copy of a file, named after a hash of its URL plus its 
 - fills are exclusive: the process that creates `<hash>.lock` with O_EXCL fetches the file (a stream of large
   ranged GETs, retried and pinned to one object version) into a temporary name and renames it into place; the
   others wait for the entry (a lock whose process has died is taken over);
-- an entry is checked once per process before its first use (its size, then the CRC-32 of its bytes); a bad
-  entry is deleted and fetched again;
+- an entry is verified once per node, not once per process: the fill (which computes the CRC-32 of the bytes as
+  received) or the first process to check an entry in full (size, then CRC-32) records it in a marker,
+  `<entry>.verified`, holding the entry's identity (device, inode, size, mtime in ns; written under a temporary
+  name and renamed). A process using an entry for the first time trusts a marker that matches the entry's
+  identity now (one `stat` and one small read) and checks the entry in full otherwise; a bad entry is deleted
+  with its marker and fetched again. The entry's mtime is set 2 s into the past when it is marked (and use
+  updates only its atime, the LRU clock), so any later write, truncation or replacement gives it another
+  identity, whatever the file system's timestamp granularity. Not detected: changes that keep the identity
+  (media corruption under an unchanged inode, a write whose mtime is put back, the clock stepped back by more
+  than 2 s); deleting the markers makes every entry be checked in full again (docs/storage.md);
 - after each fill, the least recently used entries are deleted until the cache holds at most `max_bytes`
   (deleting a file another process has open is safe on POSIX: its descriptor stays valid).
 
@@ -32,6 +40,8 @@ from energon_arrow.adapters.errors import InvalidStorageOptions, StorageError
 
 FILL_BLOCK = 8 * 1024 * 1024  # bytes per ranged GET while filling
 FILL_TIMEOUT = 3600.0  # seconds after which a fill lock is considered abandoned
+MARKED_AGE_NS = 2_000_000_000  # a marked entry's mtime lies this far in the past: later writes stamp another
+MARKER = ".verified"
 _POLL = 0.02
 
 
@@ -89,12 +99,60 @@ def _parse_entry(name: str) -> tuple[str, int, int] | None:
         return None
 
 
-def _crc_of(path: str) -> int:
+def _crc_of(path: str) -> tuple[int, os.stat_result]:
+    """The CRC-32 of a file's bytes and its status before they were read."""
     crc = 0
     with open(path, "rb", buffering=0) as f:
+        st = os.fstat(f.fileno())
         while block := f.read(FILL_BLOCK):
             crc = zlib.crc32(block, crc)
-    return crc
+    return crc, st
+
+
+def _identity(st: os.stat_result) -> str:
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns}"
+
+
+def _marked(path: str) -> bool:
+    """Whether the entry's marker matches its identity now (it was verified and not changed since)."""
+    try:
+        with open(path + MARKER) as f:
+            recorded = f.read()
+        return recorded == _identity(os.stat(path))
+    except OSError:
+        return False
+
+
+def _mark(path: str, st: os.stat_result) -> None:
+    """Record the verified entry `path` (status `st`, read before its bytes were checked): its mtime is moved
+    into the past first, so that any later change stamps another one (see the module docstring). Nothing is
+    recorded if the entry changed meanwhile."""
+    old = min(st.st_mtime_ns, time.time_ns() - MARKED_AGE_NS)
+    try:
+        if old != st.st_mtime_ns:
+            if _identity(os.stat(path)) != _identity(st):
+                return
+            os.utime(path, ns=(st.st_atime_ns, old))
+        now = os.stat(path)
+        if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, old):
+            return
+        folder, name = os.path.split(path)
+        tmp = os.path.join(folder, f".tmp-{name}-{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            with open(tmp, "w") as f:
+                f.write(_identity(now))
+            os.replace(tmp, path + MARKER)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    except OSError:  # evicted meanwhile, or not ours to change: checked in full by the next process
+        return
+
+
+def _remove_entry(path: str) -> None:
+    for p in (path, path + MARKER):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
 
 
 class ShardCache:
@@ -153,24 +211,27 @@ class ShardCache:
         self._checked = {k: p for k, p in self._checked.items() if p != path}
 
     def _find(self, folder: str, key: str) -> str | None:
-        """The good entry for `key`, deleting damaged ones."""
+        """The good entry for `key` (checked in full unless its marker vouches for it), deleting damaged ones."""
         with os.scandir(folder) as it:
             names = [e.name for e in it if e.name.startswith(key) and e.name.endswith(".shard")]
         for name in names:
             path = os.path.join(folder, name)
             parsed = _parse_entry(name)
             try:
-                good = (
-                    parsed is not None and os.path.getsize(path) == parsed[1] and _crc_of(path) == parsed[2]
-                )
+                good = _marked(path)
+                if not good and parsed is not None and os.path.getsize(path) == parsed[1]:
+                    crc, st = _crc_of(path)
+                    good = crc == parsed[2] and st.st_size == parsed[1]
+                    if good:
+                        _mark(path, st)
+                st = os.stat(path)
             except FileNotFoundError:  # evicted meanwhile
                 continue
             if good:
-                with contextlib.suppress(FileNotFoundError):
-                    os.utime(path)  # recently used: evicted last
+                with contextlib.suppress(OSError):  # recently used: evicted last (mtime kept)
+                    os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
                 return path
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            _remove_entry(path)
         return None
 
     def _fill(self, storage, rel: str, folder: str, key: str) -> str:
@@ -189,24 +250,29 @@ class ShardCache:
                     out.write(block)
             path = os.path.join(folder, _entry_name(key, size, crc))
             os.rename(tmp, path)
+            _mark(path, os.stat(path))  # the bytes were checked as they were received
             return path
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
     def entries(self) -> list[tuple[str, int, float]]:
-        """(path, size, last use) of every entry (temporary files of fills abandoned long ago are deleted)."""
+        """(path, size, last use) of every entry (temporary files of fills abandoned long ago, and markers of
+        entries that are gone, are deleted)."""
         out = []
         for folder in os.scandir(self.spec.path):
             if not folder.is_dir():
                 continue
+            names = set(os.listdir(folder.path))
             for e in os.scandir(folder.path):
                 with contextlib.suppress(FileNotFoundError):
                     if _parse_entry(e.name) is not None:
                         st = e.stat()
-                        out.append((e.path, st.st_size, st.st_mtime))
+                        out.append((e.path, st.st_size, st.st_atime))
                     elif e.name.startswith(".tmp-") and time.time() - e.stat().st_mtime > FILL_TIMEOUT:
                         os.unlink(e.path)  # left by a process that died while filling
+                    elif e.name.endswith(MARKER) and e.name[: -len(MARKER)] not in names:
+                        os.unlink(e.path)
         return out
 
     def _evict(self, keep: str) -> None:
@@ -217,8 +283,7 @@ class ShardCache:
                 return
             if path == keep:
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            _remove_entry(path)
             total -= size
 
 

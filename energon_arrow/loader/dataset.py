@@ -53,7 +53,8 @@ class LoaderSettings:
     drop_last: bool = False  # finite streams: drop the last, partial global batch
     skip_errors: bool = False  # skip samples whose parts fail to decode (counted) instead of raising
     error_budget: int = 100  # with skip_errors: raise once more samples than this were skipped (per worker)
-    read_ahead: int | None = None  # batches fetched ahead in a thread; default 2 on object stores, 0 locally
+    #: batches read ahead in a thread; default 2 on object stores without local_cache, else 0
+    read_ahead: int | None = None
 
     def fingerprint(self) -> dict:
         extra = {"shuffle_over_epochs": self.shuffle_over_epochs} if self.shuffle_over_epochs != 1 else {}
@@ -215,7 +216,9 @@ class BatchDataset(torch.utils.data.IterableDataset):
         caches = self._warm if self._warm is not None else self._caches()
         total = self.total_batches()
         remote = any(not s.storage.is_local for s in self.sources)
-        ahead = self.settings.read_ahead if self.settings.read_ahead is not None else (2 if remote else 0)
+        # node-local cached copies are read like local files: a read-ahead thread only adds hand-offs there
+        windowed = any(not s.storage.is_local and s.storage.local_cache is None for s in self.sources)
+        ahead = self.settings.read_ahead if self.settings.read_ahead is not None else (2 if windowed else 0)
 
         def batch_ids() -> Iterator[int]:
             b = self.start_batch + k

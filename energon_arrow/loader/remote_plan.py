@@ -32,18 +32,22 @@ class RemoteReadSettings:
 
     `byte_budget`: bytes of windows fetched or held at once (per worker, per dataset); `max_overread`: unneeded
     bytes a plan may fetch, as a fraction of the needed bytes; `max_window`: the span of one GET;
-    `plan_batches`: batches per worker planned together (windows never span two plans); `concurrency`: GETs in
-    flight.
+    `first_plan_batches` / `plan_batches`: batches per worker planned together (windows never span two plans):
+    the first group is small, so the first batch waits only for small windows, and each next one twice the
+    previous, up to `plan_batches` (larger groups: fewer, larger GETs) and to half the byte budget for the
+    group's samples; `concurrency`: GETs in flight.
     """
 
     byte_budget: int = 256 * 1024 * 1024
     max_overread: float = 0.05
     max_window: int = 16 * 1024 * 1024
-    plan_batches: int = 128
+    first_plan_batches: int = 8
+    plan_batches: int = 512
     concurrency: int = 8
 
     def __post_init__(self):
-        if self.byte_budget < 1 or self.max_window < 1 or self.plan_batches < 1 or self.concurrency < 1:
+        sizes = (self.byte_budget, self.max_window, self.first_plan_batches, self.plan_batches)
+        if min(sizes) < 1 or self.concurrency < 1:
             raise ValueError(f"RemoteReadSettings: sizes and counts must be >= 1, got {self}")
         if self.max_overread < 0:
             raise ValueError(f"RemoteReadSettings.max_overread must be >= 0, got {self.max_overread}")

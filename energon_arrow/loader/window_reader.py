@@ -1,18 +1,21 @@
 """`WindowReader`: the samples of remote shards, read through windows planned over groups of batches.
 
 The batch sequence is a pure function of the seed, so every DataLoader worker can compute the rows of every
-worker's batches. The reader plans groups of `plan_batches` batches per worker (the batches of all workers in
-that stretch of the stream) together (remote_plan.plan_group): each window is fetched once, by the worker whose
-batch reads it first, and handed to the other workers that read it through shared memory (window_share.py).
-With one worker this is the same plan without sharing.
+worker's batches. The reader plans groups of batches (the batches of all workers in that stretch of the
+stream) together (remote_plan.plan_group): the first group holds `first_plan_batches` batches per worker, so
+the first batch waits only for small windows, and each next group twice as many, up to `plan_batches` and to
+half the byte budget for the group's samples (larger groups merge more blocks of a shard into one GET). Each
+window is fetched once, by the worker whose batch reads it first, and handed to the other workers that read it
+through shared memory (window_share.py). With one worker this is the same plan without sharing.
 
-Groups are planned when the dataset announces a batch of the group (it announces its batches ahead of reading
-them) or when a batch is read. This worker's windows are fetched in the background, earliest needed first, while
-the bytes fetched or held stay within the per-worker byte budget (the windows of the batch being read are always
-fetched); `read(rows)` serves the next batch of this worker from its windows as zero-copy views (windows of other
-workers are taken from shared memory then), and drops every window no later batch of this worker reads. Failed
-GETs are retried by the adapters (fetch_groups); every window of one shard fetched by a worker comes from one
-version of the object (ETag pins).
+Groups are planned one group ahead of the batches the dataset announces (it announces its batches ahead of
+reading them), or when a batch is read, so the next group's windows are fetched while this one is read. This
+worker's windows are fetched in the background, earliest needed first, while the bytes fetched or held stay
+within the per-worker byte budget (the windows of the batch being read are always fetched); `read(rows)`
+serves the next batch of this worker from its windows as zero-copy views (windows of other workers are taken
+from shared memory then), and drops every window no later batch of this worker reads. Failed GETs are retried
+by the adapters (fetch_groups); every window of one shard fetched by a worker comes from one version of the
+object (ETag pins).
 """
 
 from __future__ import annotations
@@ -74,6 +77,10 @@ class WindowReader:
         self._waiting: list[str] = []  # own windows not submitted yet, by first use
         self._held = 0  # bytes of submitted or taken, not yet released windows
         self._group = 0  # the next group to plan
+        self._group_lo = feed.first  # its first batch
+        self._group_size = 0  # batches per worker of the last group planned
+        self._batch_bytes = 0.0  # needed bytes per batch (all workers) in the last group planned
+        self._ended = False  # every group of the stream is planned
         self._planned = 0  # reads planned so far (sequence numbers 0 .. _planned - 1)
         self._announced = 0
         self._next_read = 0
@@ -88,25 +95,36 @@ class WindowReader:
             return
         with self._lock:
             self._announced += 1
-            while self._planned < self._announced and self._plan_group():
+            # one group ahead: its windows are fetched (within the byte budget) while this one is read
+            while self._planned < self._announced + self._group_size and self._plan_group():
                 pass
             self._submit(None)
 
-    def _group_batches(self, g: int) -> range:
-        f = self.feed
-        span = self.settings.plan_batches * f.workers
-        lo = f.first + g * span
-        hi = lo + span if f.total is None else min(lo + span, f.total)
+    def _next_group(self) -> range:
+        """The batches of the next group (every worker computes the same groups: the sizes depend only on the
+        settings and on the batches already planned)."""
+        f, s = self.feed, self.settings
+        if not self._group_size:
+            n = min(s.first_plan_batches, s.plan_batches)
+        else:
+            n = min(2 * self._group_size, s.plan_batches)
+            if self._batch_bytes > 0:
+                n = min(n, max(1, int(s.byte_budget / 2 / (self._batch_bytes * f.workers))))
+        lo = self._group_lo
+        hi = lo + n * f.workers if f.total is None else min(lo + n * f.workers, f.total)
+        self._group_size = n
         return range(lo, max(lo, hi))
 
     def _plan_group(self) -> bool:
         """Plan the next group; False when the stream has ended."""
         f = self.feed
-        batches = self._group_batches(self._group)
+        batches = range(0) if self._ended else self._next_group()
         if not len(batches):
+            self._ended = True
             return False
         g = self._group
         self._group += 1
+        self._group_lo = batches.stop
         rows = [np.asarray(r, np.int64) for r in f.rows_of(batches)]
         counts = np.array([len(r) for r in rows], np.int64)
         if not counts.sum():
@@ -117,6 +135,7 @@ class WindowReader:
         worker = (batch - f.first) % f.workers
         src = self.src
         shard, offset, size = src.shard_id[allrows], src.byte_offset[allrows], src.byte_size[allrows]
+        self._batch_bytes = int(size.sum()) / len(batches)
         s = self.settings
         plan = plan_group(batch, worker, shard, offset, size, f.workers, s.max_overread, s.max_window)
         win = plan.windows

@@ -70,19 +70,70 @@ def test_eviction_keeps_the_cache_under_its_budget(tmp_path, memory_root):
         cache.local_copy(store, "big.tar")
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def _flip(path, keep_mtime=False):
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff")
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "replace"])
 def test_damaged_entry_is_ignored_and_fetched_again(tmp_path, memory_root, damage):
+    """Damage after the fill marked the entry verified changes its identity: the next user checks it in full."""
     store = _memory_store(memory_root, tmp_path / "c")
     _put(store, "a.tar", bytes(range(256)) * 4)
     path = ShardCache(store.local_cache).local_copy(store, "a.tar")
-    with open(path, "r+b") as f:
-        if damage == "flip":
-            f.seek(100)
-            f.write(b"\xff")
-        else:
-            f.truncate(500)
+    assert os.path.exists(path + ".verified")
+    if damage == "flip":
+        _flip(path)
+    elif damage == "truncate":
+        os.truncate(path, 500)
+    else:  # another file of the same size and times renamed over it
+        st = os.stat(path)
+        (tmp_path / "other").write_bytes(b"z" * st.st_size)
+        os.utime(tmp_path / "other", ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp_path / "other", path)
     again = ShardCache(store.local_cache).local_copy(store, "a.tar")  # a new process checks entries again
     assert _read(again) == bytes(range(256)) * 4
+
+
+def _bytes_read_by_local_copy(store, rel, results):
+    def rchar():
+        with open("/proc/self/io") as f:
+            return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+    before = rchar()
+    path = ShardCache(store.local_cache).local_copy(store, rel)
+    results.put((path, rchar() - before))
+
+
+def test_verified_once_per_node(tmp_path, memory_root):
+    """A process using an entry that another process filled (and so verified) does not read it to check it;
+    without the marker it reads it whole; a change that keeps the entry's identity (a write whose mtime is put
+    back) is not detected until the markers are deleted (the documented limit)."""
+    store = _memory_store(memory_root, tmp_path / "c", max_bytes=16 << 20)
+    data = os.urandom(4 << 20)
+    _put(store, "a.tar", data)
+    path = ShardCache(store.local_cache).local_copy(store, "a.tar")
+    ctx = multiprocessing.get_context("fork")
+
+    def child_reads():
+        results = ctx.Queue()
+        proc = ctx.Process(target=_bytes_read_by_local_copy, args=(store, "a.tar", results))
+        [(got, nread)] = run_collecting([proc], results)
+        assert got == path
+        return nread
+
+    assert child_reads() < 64 * 1024  # the marker (and directory listings), not the 4 MiB entry
+    os.unlink(path + ".verified")
+    assert child_reads() >= len(data)  # checked in full, and marked again
+    assert child_reads() < 64 * 1024
+    _flip(path, keep_mtime=True)
+    assert _read(ShardCache(store.local_cache).local_copy(store, "a.tar")) != data  # trusted: not detected
+    os.unlink(path + ".verified")
+    assert _read(ShardCache(store.local_cache).local_copy(store, "a.tar")) == data
 
 
 def test_lock_of_a_dead_process_is_taken_over(tmp_path, memory_root):

@@ -163,3 +163,34 @@ def test_group_plan_stays_within_the_overread_budget_with_shuffled_batches():
 def test_group_plan_checks_workers():
     with pytest.raises(ValueError, match="workers"):
         plan_group(*_interleaved(3, 3, 1), 2, 0.0, 1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("budget", "sizes"),
+    [(1 << 30, [2, 4, 8, 16, 16, 4]), (2 * 6 * 4000 * 2, [2, 4, 6, 6, 6, 6, 6, 6, 6, 2])],
+)
+def test_groups_ramp_up_within_the_byte_budget(budget, sizes):
+    """Groups start small (the first batch waits for little), double up to plan_batches, and are capped so that
+    a group's samples take at most half the byte budget; every worker plans the same groups."""
+    from types import SimpleNamespace
+
+    from energon_arrow.loader.window_reader import BatchFeed, WindowReader
+
+    rows = np.arange(1000, dtype=np.int64)
+    src = SimpleNamespace(
+        shard_id=rows // 100, byte_offset=(rows % 100) * 1000, byte_size=np.full(1000, 1000)
+    )
+    settings = RemoteReadSettings(byte_budget=budget, first_plan_batches=2, plan_batches=16)
+    groups = {}
+    for worker in range(2):
+        seen = groups[worker] = []
+
+        def rows_of(batches, seen=seen):
+            seen.append(len(batches) // 2)
+            return [np.arange(b * 4, b * 4 + 4) % 1000 for b in batches]
+
+        reader = WindowReader(src, BatchFeed(rows_of, 3, 3 + 100, worker, 2), settings)
+        while reader._plan_group():
+            pass
+        assert reader._planned == 50
+    assert groups[0] == groups[1] == sizes
