@@ -85,6 +85,7 @@ class SeaweedS3:
     process: subprocess.Popen
     data_dir: str
     log_path: str
+    ports: dict[str, int] = field(default_factory=dict)  # master, volume, filer, s3 -> HTTP port
     _created: set = field(default_factory=set)
 
     @property
@@ -116,13 +117,20 @@ class SeaweedS3:
 
     def stop(self) -> None:
         stop_process(self.process)
-        for sock in (
-            f"/tmp/seaweedfs-s3-{self.s3_port}.sock",
-            f"/tmp/seaweedfs-s3-grpc-{self.s3_port + 10000}.sock",
-        ):
+        for sock in socket_files({"s3": self.s3_port, **self.ports}):
             with contextlib.suppress(OSError):
                 os.remove(sock)
         shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def socket_files(ports: dict[str, int]) -> list[str]:
+    """The Unix sockets a server with these ports leaves in /tmp (killed, it cannot remove them): each service's
+    `seaweedfs-<service>-<port>.sock` and its gRPC `seaweedfs-<service>-grpc-<port + 10000>.sock`."""
+    return [
+        f"/tmp/seaweedfs-{service}{kind}-{port + offset}.sock"
+        for service, port in ports.items()
+        for kind, offset in (("", 0), ("-grpc", 10000))
+    ]
 
 
 def stop_process(proc: subprocess.Popen, grace: float = 2.0) -> None:
@@ -178,7 +186,8 @@ def start_seaweedfs(timeout: float = 60.0, iam: bool = False, max_volumes: int =
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
-    server = SeaweedS3(f"http://127.0.0.1:{s3}", s3, proc, data_dir, log_path)
+    ports = {"master": master, "volume": volume, "filer": filer, "s3": s3}
+    server = SeaweedS3(f"http://127.0.0.1:{s3}", s3, proc, data_dir, log_path, ports)
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
     while time.monotonic() < deadline:

@@ -151,8 +151,17 @@ def test_read_ranges_edge_cases(any_storage):
         any_storage.read_ranges(["e.bin", "e.bin"], [0], [1])
 
 
-def test_publish_moves_local_files_into_any_store(any_storage, tmp_path):
+def test_publish_moves_local_files_into_any_store(any_storage, tmp_path, monkeypatch):
+    from energon_arrow.adapters import publish
+
     src = tmp_path / "index.sqlite"
+    if not any_storage.is_local:  # a large file: a multipart upload of 3 parts (S3 parts are 5 MiB at least)
+        monkeypatch.setattr(publish, "DIRECT_FILE_PUT_LIMIT", 0)
+        monkeypatch.setattr(publish, "MULTIPART_PART_SIZE", 5 << 20)
+        big = np.random.default_rng(5).bytes(11 << 20)
+        src.write_bytes(big)
+        any_storage.publish_folder("meta", {"index.sqlite": src})
+        assert any_storage.read_bytes("meta/index.sqlite") == big and not src.exists()
     src.write_bytes(b"sqlite" * 1000)
     any_storage.publish_folder("meta", {"index.sqlite": src, "info.json": b"{}"})
     assert any_storage.read_bytes("meta/index.sqlite") == b"sqlite" * 1000 and not src.exists()
