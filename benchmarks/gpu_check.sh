@@ -22,6 +22,13 @@ timeout "${CUDA_TESTS_S:-150}" python3 -m pytest -q -rs -p no:cacheprovider test
 echo "== images_gpu benchmark"
 timeout "${BENCH_S:-240}" python3 -m benchmarks.run images_gpu 2>&1 | tee "$OUT/bench.log"
 cp benchmarks/results/images_gpu.json "$OUT/" 2>/dev/null
+echo "== loader transfer stage on pageable 64 MiB batches vs a plain pinned copy_ (bench_loader's GPU row)"
+python3 -c "
+from benchmarks.bench_loader import _h2d_gbps
+from benchmarks.harness import alternate
+ours, ref = alternate(lambda: _h2d_gbps(True), lambda: _h2d_gbps(False), 3)
+print('transfer stage GB/s', [round(x, 1) for x in ours], 'plain pinned copy_ GB/s', [round(x, 1) for x in ref])
+" 2>&1 | tee "$OUT/loader_h2d.log"
 echo "== loader and sample suites with CUDA present"
 timeout "${SUITE_S:-150}" python3 -m pytest -q -rs -p no:cacheprovider -n 8 tests/loader tests/samples \
     -m "not s3 and not conformance and not distributed and not heavy" 2>&1 | tee "$OUT/suite.log" | tail -40
