@@ -50,6 +50,19 @@ OPTIONAL_COLUMNS = {"shards": ("fingerprint",)}
 SIDE_INDEX_FILES = {"shards": SHARDS_SCHEMA, "samples": SAMPLES_SCHEMA, "parts": PARTS_SCHEMA}
 
 
+def parquet_options(schema: pa.Schema) -> dict:
+    """`pq.ParquetWriter` / `pq.write_table` options of every side-index file: zstd, statistics, int64 columns
+    DELTA_BINARY_PACKED (offsets, sizes and indexes: DuckDB scans them about twice as fast as dictionary/plain
+    pages, and they are smaller), the other columns dictionary-encoded where it pays (shard_id, part_name)."""
+    delta = [f.name for f in schema if f.type == pa.int64()]
+    return {
+        "compression": "zstd",
+        "write_statistics": True,
+        "use_dictionary": [f.name for f in schema if f.name not in delta],
+        "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
+    }
+
+
 def with_optional_columns(table: pa.Table, name: str) -> pa.Table:
     """`table` (side-index file `name`) with the optional columns it lacks added as nulls."""
     schema = SIDE_INDEX_FILES[name]
