@@ -33,19 +33,12 @@ def _sample_type(ds: Dataset, dataset_config: str) -> str:
 
 
 def _excluded_samples(ds: Dataset, shards: int) -> np.ndarray:
-    """Per shard id: how many of the split.yaml `exclude` sample entries match a sample of the shard. The only
-    part of `info` that reads sample rows (one semi join of the entries with `samples`), and only when there are
-    sample entries."""
-    hits = np.zeros(shards, np.int64)
-    if not pc.any(pc.equal(ds._excludes.column("kind"), "sample")).as_py():
-        return hits
-    found = ds._internal(
-        """SELECT e.shard_id, count(*) AS n FROM _exclude_entries e
-           SEMI JOIN samples s ON s.shard_id = e.shard_id AND s.sample_key = e.sample_key
-           WHERE e.kind = 'sample' GROUP BY e.shard_id"""
-    )
-    hits[found.column("shard_id").to_numpy()] = found.column("n").to_numpy()
-    return hits
+    """Per shard id: how many of the split.yaml `exclude` sample entries match a sample of the shard, from the
+    resolved exclusions (`Dataset.exclusions`: cached; the first resolution after split.yaml changed is the only
+    part of `info` that reads sample rows)."""
+    matched = ds.exclusions().filter(pc.is_valid(ds.exclusions().column("sample_index")))
+    ids = matched.column("shard_id").to_numpy()
+    return np.bincount(ids, minlength=shards).astype(np.int64) if len(ids) else np.zeros(shards, np.int64)
 
 
 def _effective_samples(ds: Dataset, hits: np.ndarray) -> dict[str, int]:

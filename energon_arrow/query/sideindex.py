@@ -50,7 +50,7 @@ def _prepare_hint(storage: Storage) -> str:
     return f"`energon-arrow prepare {storage.url}`"
 
 
-def _read_parquet(storage: Storage, rel: str) -> pa.Table:
+def read_parquet(storage: Storage, rel: str) -> pa.Table:
     try:
         # ParquetFile, not read_table: read_table imports pyarrow.dataset and pandas (~0.5 s at first open)
         if storage.is_local:
@@ -96,7 +96,7 @@ def _read_footer(storage: Storage, rel: str) -> pq.FileMetaData:
 def _read_side_index(storage: Storage) -> SideIndex:
     """The shards table (small: read now) after checking that every side-index file has the needed columns, and
     whether the summary describes them: footers only, no sample or part rows read."""
-    shards = _read_parquet(storage, f"{SIDE_INDEX_DIR}/shards.parquet")
+    shards = read_parquet(storage, f"{SIDE_INDEX_DIR}/shards.parquet")
     _missing_columns(shards.schema, "shards", storage)
     rows = {}
     for name in SIDE_INDEX_FILES:
