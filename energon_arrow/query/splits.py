@@ -56,12 +56,13 @@ def split_tables(config: SplitConfig, shard_paths: list[str], where: str) -> tup
     split_col = pa.DictionaryArray.from_arrays(
         pa.array(np.repeat(np.arange(len(names), dtype=np.int32), lengths)), pa.array(names, pa.string())
     ).cast(pa.string())
-    excluded = pc.is_in(paths, value_set=pa.array(expanded.exclude, pa.string()))
+    excludes = exclude_table(expanded.exclude, shard_paths)
+    whole = excludes.filter(pc.equal(excludes.column("kind"), "shard")).column("shard_id")
+    excluded = pc.is_in(ids, value_set=whole.combine_chunks().cast(ids.type))
     splits = pa.Table.from_arrays(
         [split_col, pa.array(position.astype(np.int32)), ids.cast(pa.int32()), paths, excluded],
         schema=SPLITS_SCHEMA,
     )
-    excludes = exclude_table(expanded.exclude, shard_paths)
     return splits, excludes
 
 
