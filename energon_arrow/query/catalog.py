@@ -54,6 +54,18 @@ DERIVED_VIEWS = {
                 ON e.shard_id = s.shard_id AND e.sample_index = s.sample_index
            WHERE NOT sp.excluded""",
     ),
+    "split_sizes": (
+        "per split: shards, excluded shards, samples (as listed) and effective samples (split_samples' rows), "
+        "from the shards table and the resolved exclusions: no sample rows read",
+        """SELECT sp.split, count(*) AS shards, count(*) FILTER (sp.excluded) AS excluded_shards,
+                  sum(sh.sample_count)::BIGINT AS samples,
+                  coalesce(sum(sh.sample_count - coalesce(x.n, 0)) FILTER (NOT sp.excluded), 0)::BIGINT
+                      AS effective_samples
+           FROM _split_shards sp JOIN shards sh USING (shard_id)
+           LEFT JOIN (SELECT shard_id, count(*) AS n FROM _exclude_entries WHERE sample_index IS NOT NULL
+                      GROUP BY shard_id) x USING (shard_id)
+           GROUP BY sp.split""",
+    ),
 }
 
 # part_types of a side index without a summary (index.summary) until `use_summary`: the same columns by a scan
@@ -67,7 +79,7 @@ PART_TYPES_SCAN = """SELECT part_name, count(*) AS parts, count(DISTINCT (shard_
 EXCLUDE_ENTRIES_SCAN = """SELECT e.*, s.sample_index FROM _exclude_table e
                           LEFT JOIN samples s ON s.shard_id = e.shard_id AND s.sample_key = e.sample_key"""
 # views whose rows depend on the resolved exclusions
-EXCLUSION_VIEWS = ("excluded", "split_samples", "_exclude_entries")
+EXCLUSION_VIEWS = ("excluded", "split_samples", "split_sizes", "_exclude_entries")
 
 BASE_VIEWS = {
     "samples": "one row per sample: shard_id, sample_index, sample_key, byte_offset, byte_size",

@@ -109,3 +109,15 @@ def test_exclude_table_follows_classify_excludes(entries):
     assert [r["entry"] for r in rows if r["kind"] == "unknown"] == [
         e for e in dict.fromkeys(entries) if e not in placed
     ]
+
+
+def test_split_sizes_count_without_rows(energon_ds):
+    write_split(energon_ds, SPLIT)
+    with open_dataset(energon_ds) as ds:
+        sizes = ds.sql("SELECT * FROM split_sizes ORDER BY split").arrow().to_pylist()
+        rows = dict(ds.sql("SELECT split, count(*) FROM split_samples GROUP BY split").rows())
+    assert sizes == [
+        {"split": "train", "shards": 3, "excluded_shards": 1, "samples": 36, "effective_samples": 20},
+        {"split": "val", "shards": 1, "excluded_shards": 0, "samples": 12, "effective_samples": 12},
+    ]
+    assert {s["split"]: s["effective_samples"] for s in sizes} == rows
