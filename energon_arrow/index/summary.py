@@ -118,7 +118,7 @@ def identity(shards: pa.Table, samples: int, parts: int) -> bytes:
     mtimes, so that a copied dataset keeps its summary) and the sample and part row counts."""
     digest = hashlib.sha256()
     for name in ("path", "fingerprint"):
-        digest.update("\n".join(pc.fill_null(shards.column(name), "").to_pylist()).encode() + b"\0")
+        digest.update("\n".join(v or "" for v in shards.column(name).to_pylist()).encode() + b"\0")
     for name in ("sample_count", "size", "data_end"):
         digest.update(np.ascontiguousarray(ints_to_numpy(shards.column(name).combine_chunks()), np.int64))
     return json.dumps(

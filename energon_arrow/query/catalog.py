@@ -20,8 +20,9 @@ from energon_arrow.query.limits import QueryLimits
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
-# name -> (description, SQL); the SQL may use the base views and `_split_shards` / `_exclude_entries` (the exclude
-# entries with the sample_index each `<shard>/<key>` entry matches: see EXCLUDE_ENTRIES_SCAN and use_exclusions).
+# name -> (description, SQL); the SQL may use the base views, `_split_shards`, `_exclude_entries` (the exclude entries
+# with the sample_index each `<shard>/<key>` entry matches) and `_excluded_bits` (per shard with excluded samples, a
+# BIT of its excluded sample indexes): both filled by `use_exclusions` (query.exclusions).
 DERIVED_VIEWS = {
     "sample_parts": (
         "every part with its sample key and shard path",
@@ -49,10 +50,11 @@ DERIVED_VIEWS = {
         "the effective samples of every split (excluded shards and samples removed), in iteration order",
         """SELECT sp.split, sp.position AS shard_position, s.shard_id, sp.path AS shard_path, s.sample_index,
                   s.sample_key, s.byte_offset, s.byte_size
-           FROM _split_shards sp JOIN samples s ON s.shard_id = sp.shard_id
-           ANTI JOIN (SELECT shard_id, sample_index FROM _exclude_entries WHERE sample_index IS NOT NULL) e
-                ON e.shard_id = s.shard_id AND e.sample_index = s.sample_index
-           WHERE NOT sp.excluded""",
+           FROM (SELECT sp.*, b.bits FROM _split_shards sp LEFT JOIN _excluded_bits b USING (shard_id)
+                 WHERE NOT sp.excluded) sp
+           JOIN samples s ON s.shard_id = sp.shard_id
+           WHERE sp.bits IS NULL OR s.sample_index >= bit_length(sp.bits)
+                 OR get_bit(sp.bits, s.sample_index::INTEGER) = 0""",
     ),
     "split_sizes": (
         "per split: shards, excluded shards, samples (as listed) and effective samples (split_samples' rows), "
@@ -74,12 +76,15 @@ PART_TYPES_SCAN = """SELECT part_name, count(*) AS parts, count(DISTINCT (shard_
                             avg(content_size) AS avg_bytes, max(content_size) AS max_bytes
                      FROM parts GROUP BY part_name ORDER BY part_name"""
 
-# _exclude_entries until `use_exclusions`: the entries matched with the sample keys by a join (what the cached
-# resolution of query.exclusions holds); Dataset resolves them before running a query that uses them
-EXCLUDE_ENTRIES_SCAN = """SELECT e.*, s.sample_index FROM _exclude_table e
-                          LEFT JOIN samples s ON s.shard_id = e.shard_id AND s.sample_key = e.sample_key"""
+# _exclude_entries and _excluded_bits until `use_exclusions`: an error as soon as a row is read (Dataset resolves
+# the exclusions before it runs a query that names a view using them); no exclude entries: empty, and right
+_UNRESOLVED = "FROM _exclude_table WHERE error('split.yaml exclusions not resolved (Dataset.exclusions)')"
+UNRESOLVED_VIEWS = {
+    "_exclude_entries": f"SELECT *, NULL::BIGINT AS sample_index {_UNRESOLVED}",
+    "_excluded_bits": f"SELECT shard_id, NULL::BIT AS bits {_UNRESOLVED}",
+}
 # views whose rows depend on the resolved exclusions
-EXCLUSION_VIEWS = ("excluded", "split_samples", "split_sizes", "_exclude_entries")
+EXCLUSION_VIEWS = ("excluded", "split_samples", "split_sizes", *UNRESOLVED_VIEWS)
 
 BASE_VIEWS = {
     "samples": "one row per sample: shard_id, sample_index, sample_key, byte_offset, byte_size",
@@ -95,6 +100,8 @@ PUBLIC_VIEWS = (
     "_exclude_entries",
     "_exclude_table",
     "_exclude_resolved",
+    "_excluded_bits",
+    "_exclude_bitmaps",
     "_part_summary",
 )
 
@@ -148,7 +155,8 @@ def connect(
             con.register(name, table if table is not None else parquet_dataset(storage, rel))
     con.register("_split_shards", splits)
     con.register("_exclude_table", excludes)
-    con.execute(f"CREATE VIEW _exclude_entries AS {EXCLUDE_ENTRIES_SCAN}")
+    for name, sql in UNRESOLVED_VIEWS.items():
+        con.execute(f"CREATE VIEW {name} AS {sql}")
     for name, (_, sql) in DERIVED_VIEWS.items():
         con.execute(f"CREATE VIEW {name} AS {sql if summary or name != 'part_types' else PART_TYPES_SCAN}")
     allowed = []
@@ -180,10 +188,15 @@ def uses_exclusions(query: str) -> bool:
     return _EXCLUSION_NAMES.search(query) is not None
 
 
-def use_exclusions(con: duckdb.DuckDBPyConnection, resolved: pa.Table) -> None:
-    """Answer _exclude_entries from `resolved` (the exclude table with each entry's sample_index, query.exclusions)."""
+def use_exclusions(con: duckdb.DuckDBPyConnection, resolved: pa.Table, bitmaps: pa.Table) -> None:
+    """Answer _exclude_entries from `resolved` (the exclude table with each entry's sample_index) and
+    _excluded_bits from `bitmaps` (query.exclusions.bitmaps)."""
     con.register("_exclude_resolved", resolved)
+    con.register("_exclude_bitmaps", bitmaps)
     con.execute("CREATE OR REPLACE VIEW _exclude_entries AS SELECT * FROM _exclude_resolved")
+    con.execute(
+        "CREATE OR REPLACE VIEW _excluded_bits AS SELECT shard_id, bits::BIT AS bits FROM _exclude_bitmaps"
+    )
 
 
 def view_columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:

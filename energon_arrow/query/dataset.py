@@ -150,8 +150,9 @@ class Dataset:
         with self._resolve_lock:
             if self._resolved is None:
                 resolved = exclusions.with_indexes(self._excludes, self._match_entries())
+                counts = self._side.tables["shards"].column("sample_count").to_numpy()
                 with self._lock:
-                    catalog.use_exclusions(self._con, resolved)
+                    catalog.use_exclusions(self._con, resolved, exclusions.bitmaps(resolved, counts))
                 self._resolved = resolved
             return self._resolved
 

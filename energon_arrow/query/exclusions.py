@@ -8,8 +8,10 @@ sample_index per entry, so it is computed when a query first needs it and cached
 sample_index they match, null for none). A cache is used only when its entries equal the current ones and its
 metadata names the side index it was computed for (`index.summary.identity`): an edited split.yaml or a dataset
 prepared again makes it stale, and it is computed again and replaced (one atomic write; kept in memory on a
-read-only store). With the entries resolved, queries join on integers (`split_samples` anti-joins shard_id and
-sample_index) and `info` counts matched entries from this small table.
+read-only store). With the entries resolved, `info` counts matched entries from this small table and
+`split_samples` drops excluded samples by one bit test per row: `bitmaps` gives each shard with excluded
+samples a bitmap of its sample indexes (a DuckDB BIT value, carried through the join with the split's shards;
+3x less CPU than an anti join with the 1M excluded rows at 100M samples).
 """
 
 from __future__ import annotations
@@ -99,6 +101,28 @@ def write_cache(storage: Storage, rel: str, entries: pa.Table, indexes: pa.Array
         storage.write_atomic(rel, parquet_bytes(table.replace_schema_metadata({CACHE_KEY: identity})))
     except (StorageError, OSError) as exc:
         log.warning("%s: cannot cache the resolved sample exclusions (%s)", storage.url_of(rel), exc)
+
+
+BITMAPS_SCHEMA = pa.schema([pa.field("shard_id", pa.int32(), nullable=False), pa.field("bits", pa.binary())])
+
+
+def bitmaps(resolved: pa.Table, sample_counts: np.ndarray) -> pa.Table:
+    """Per shard with matched exclusions (`resolved`: the exclude table `with_indexes`): shard_id and a bitmap of
+    its excluded sample indexes (bit i = sample_index i, most significant bit first, as DuckDB casts a BLOB to
+    BIT), `sample_counts[shard_id]` bits rounded up to bytes (longer when an index is larger)."""
+    index = resolved.column("sample_index").combine_chunks()
+    valid = pc.is_valid(index)
+    ids = resolved.column("shard_id").combine_chunks().filter(valid).to_numpy().astype(np.int64)
+    idx = index.filter(valid).to_numpy()
+    shards, pos = np.unique(ids, return_inverse=True)
+    size = np.asarray(sample_counts, np.int64)[shards]
+    np.maximum.at(size, pos, idx + 1)
+    starts = np.r_[0, np.cumsum((size + 7) // 8)]
+    data = np.zeros(int(starts[-1]), np.uint8)
+    np.bitwise_or.at(data, starts[pos] + idx // 8, (0x80 >> (idx % 8)).astype(np.uint8))
+    offsets = pa.py_buffer(starts.astype(np.int32))  # one bit per sample: 2 GiB of offsets is 17G samples
+    bits = pa.Array.from_buffers(pa.binary(), len(shards), [None, offsets, pa.py_buffer(data)])
+    return pa.Table.from_arrays([from_numpy(shards, np.int32), bits], schema=BITMAPS_SCHEMA)
 
 
 def with_indexes(excludes: pa.Table, indexes: pa.Array | None) -> pa.Table:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 
+import duckdb
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from energon_arrow.meta.split import SplitConfig
 from energon_arrow.query import open_dataset
-from energon_arrow.query.exclusions import CACHE_KEY, cache_rel
+from energon_arrow.query.exclusions import CACHE_KEY, bitmaps, cache_rel
 from energon_arrow.query.splits import exclude_table
 from tests.query.conftest import write_split
 from tests.query.test_splits import SPLIT, keys
@@ -121,3 +124,16 @@ def test_split_sizes_count_without_rows(energon_ds):
         {"split": "val", "shards": 1, "excluded_shards": 0, "samples": 12, "effective_samples": 12},
     ]
     assert {s["split"]: s["effective_samples"] for s in sizes} == rows
+
+
+def test_bitmaps_and_unresolved_views(energon_ds):
+    resolved = pa.table(
+        {"shard_id": pa.array([1, 1, 0, None], pa.int32()), "sample_index": [0, 9, None, None]}
+    )
+    table = bitmaps(resolved, np.array([3, 4]))
+    assert table.to_pylist() == [{"shard_id": 1, "bits": b"\x80\x40"}]  # 10 bits: index 9 > the 4 samples
+    write_split(energon_ds, SPLIT)
+    with open_dataset(energon_ds) as ds:
+        with pytest.raises(duckdb.Error, match="not resolved"):
+            ds._internal("SELECT count(*) FROM split_samples")  # internal SQL: no automatic resolution
+        assert ds.sql("SELECT count(*) FROM split_samples").scalar() == 32
