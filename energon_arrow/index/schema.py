@@ -50,21 +50,24 @@ OPTIONAL_COLUMNS = {"shards": ("fingerprint",)}
 SIDE_INDEX_FILES = {"shards": SHARDS_SCHEMA, "samples": SAMPLES_SCHEMA, "parts": PARTS_SCHEMA}
 
 
-# int64 columns kept dictionary-encoded: sample sizes are whole tar blocks (multiples of 512), few distinct values
-_DICTIONARY_INT64 = ("byte_size",)
+# Parquet encodings by column name (the other columns: dictionary, plain where the dictionary grows too large):
+# offsets, payload sizes and indexes delta-coded (DuckDB scans them about twice as fast as the plain pages a
+# dictionary falls back to, and they are smaller); sample keys with their lengths delta-coded (a quarter less CPU
+# to scan than plain); `byte_size` stays dictionary-encoded (whole tar blocks: few distinct values)
+_ENCODINGS = {
+    **dict.fromkeys(("sample_index", "byte_offset", "content_offset", "content_size"), "DELTA_BINARY_PACKED"),
+    "sample_key": "DELTA_LENGTH_BYTE_ARRAY",
+}
 
 
 def parquet_options(schema: pa.Schema) -> dict:
-    """`pq.ParquetWriter` / `pq.write_table` options of every side-index file: zstd, statistics, int64 columns
-    DELTA_BINARY_PACKED (offsets, payload sizes and indexes: DuckDB scans them about twice as fast as the
-    plain pages a dictionary falls back to, and they are smaller), the other columns dictionary-encoded where it
-    pays (shard_id, part_name, byte_size)."""
-    delta = [f.name for f in schema if f.type == pa.int64() and f.name not in _DICTIONARY_INT64]
+    """`pq.ParquetWriter` / `pq.write_table` options of every side-index file: zstd, statistics, _ENCODINGS."""
+    encoded = {f.name: _ENCODINGS[f.name] for f in schema if f.name in _ENCODINGS}
     return {
         "compression": "zstd",
         "write_statistics": True,
-        "use_dictionary": [f.name for f in schema if f.name not in delta],
-        "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
+        "use_dictionary": [f.name for f in schema if f.name not in encoded],
+        "column_encoding": encoded,
     }
 
 
