@@ -2,8 +2,8 @@
 
 An `exclude` entry `<shard>/<key>` removes the sample of that shard with that key (energon 7.4.1; sample keys are
 unique in a dataset). Finding those samples matches the entries' keys with the sample keys: a join that reads and
-hashes the keys of every shard named (about 10 s for 100M samples on 2 cores). Its result is small, one
-sample_index per entry, so it is computed when a query first needs it and cached in
+hashes the keys of every shard named (4.3 CPU-seconds for the 80M keys of bench_query_scale's 100M samples). Its
+result is small, one sample_index per entry, so it is computed when a query first needs it and cached in
 `.nv-meta/arrow/excluded-<split config>.parquet` (CACHE_SCHEMA: the entries' shard_id and sample_key, and the
 sample_index they match, null for none). A cache is used only when its entries equal the current ones and its
 metadata names the side index it was computed for (`index.summary.identity`): an edited split.yaml or a dataset
@@ -24,15 +24,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from energon_arrow.adapters import Storage, StorageError
+from energon_arrow.index.from_sqlite import parquet_bytes
 from energon_arrow.index.schema import SIDE_INDEX_DIR
 from energon_arrow.query.errors import NotPreparedError
+from energon_arrow.query.sideindex import read_parquet
 from energon_arrow.tar.arrow import from_numpy
 
 log = logging.getLogger(__name__)
 
-CACHE_KEY = (
-    b"energon_arrow.excluded_of"  # Parquet metadata: the side index identity the cache was computed for
-)
+# Parquet metadata of a cache: the identity of the side index it was computed for
+CACHE_KEY = b"energon_arrow.excluded_of"
 CACHE_SCHEMA = pa.schema(
     [
         pa.field("shard_id", pa.int32(), nullable=False),
@@ -60,8 +61,6 @@ def sample_entries(excludes: pa.Table) -> pa.Table:
 def read_cache(storage: Storage, rel: str, entries: pa.Table, identity: bytes) -> pa.Array | None:
     """The sample_index of each of `entries` from the cache at `rel`, or None when it is missing, unreadable or
     computed for other entries or another side index."""
-    from energon_arrow.query.sideindex import read_parquet
-
     if not storage.exists(rel):
         return None
     try:
@@ -94,8 +93,6 @@ def match(entries: pa.Table, run: Callable[..., pa.Table]) -> pa.Array:
 
 def write_cache(storage: Storage, rel: str, entries: pa.Table, indexes: pa.Array, identity: bytes) -> None:
     """Publish the resolved entries at `rel` (atomically); a store that refuses keeps them in memory only."""
-    from energon_arrow.index.from_sqlite import parquet_bytes
-
     table = entries.append_column(CACHE_SCHEMA.field("sample_index"), indexes)
     try:
         storage.write_atomic(rel, parquet_bytes(table.replace_schema_metadata({CACHE_KEY: identity})))
