@@ -29,7 +29,7 @@ BUDGET_S = 5.0
 TARGET_ROWS = 100_000_000
 SIZES = {"10M": 10_000_000, "100M": 100_000_000}
 EXCLUSIONS = 1_000_000
-LAYOUT = 3  # of the generated files (3: index.schema.parquet_options encodings); older data is generated again
+LAYOUT = 3  # of the generated files (3: parquet_options encodings); older data is generated again
 OPERATIONS = {
     "open": None,
     "resolve exclusions (no cache: first query after a split.yaml change)": "resolve",

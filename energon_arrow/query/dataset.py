@@ -146,7 +146,8 @@ class Dataset:
         """The expanded `exclude` entries (the `excluded` view's rows: entry, kind, shard_id, path, sample_key) with
         the sample_index each `<shard>/<key>` entry matches (null: none). Resolved once per open dataset, from
         the cache beside the side index when it is current, else by one join of the entries with the sample
-        keys, cached for the next open (query.exclusions); `excluded`, `split_samples` and `info` use it."""
+        keys, cached for the next open (query.exclusions). The views excluded, split_samples and split_sizes, and
+        split(), info and joins, apply it."""
         with self._resolve_lock:
             if self._resolved is None:
                 resolved = exclusions.with_indexes(self._excludes, self._match_entries())
