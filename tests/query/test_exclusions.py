@@ -53,8 +53,8 @@ def test_resolved_once_cached_and_invalidated(energon_ds):
 
     write_split(energon_ds, SPLIT.replace("- shards/shard-000000.tar/000000_000011\n", ""))
     assert _train(energon_ds) == keys(3, [0, *range(4, 12)]) + keys(0, range(12))
-    assert (0, "000000_000011") not in set(zip(*(_cache(energon_ds)[1].column(c).to_pylist() for c in
-                                                  ("shard_id", "sample_key"))))  # fmt: skip
+    cached = _cache(energon_ds)[1]  # computed again for the new entries
+    assert "000000_000011" not in cached.column("sample_key").to_pylist() and cached.num_rows == 4
 
     with open(path, "wb") as f:
         f.write(b"not parquet")
