@@ -42,7 +42,11 @@ CACHE_SCHEMA = pa.schema(
     ]
 )
 MATCH_SQL = """SELECT e.pos, s.sample_index FROM samples s
-               JOIN _entries_to_match e ON s.shard_id = e.shard_id AND s.sample_key = e.sample_key"""
+               JOIN _entries_to_match e ON s.shard_id = e.shard_id AND s.sample_key = e.sample_key
+               WHERE s.shard_id BETWEEN ? AND ?"""
+# entries per join: the entries come by shard, so each join reads the row groups of its shards only, with a hash
+# table that stays in cache (a fifth less CPU than one join of 1M entries)
+MATCH_BATCH = 1 << 17
 
 
 def cache_rel(split_config: str) -> str:
@@ -79,15 +83,20 @@ def read_cache(storage: Storage, rel: str, entries: pa.Table, identity: bytes) -
 
 
 def match(entries: pa.Table, run: Callable[..., pa.Table]) -> pa.Array:
-    """The sample_index each entry matches (null: none): one join of the entries with `samples`, run by
-    `run(sql, tables={name: table})` on the dataset's connection."""
-    numbered = entries.append_column("pos", from_numpy(np.arange(entries.num_rows, dtype=np.int64)))
-    found = run(MATCH_SQL, tables={"_entries_to_match": numbered})
-    index = np.zeros(entries.num_rows, np.int64)
-    hit = np.zeros(entries.num_rows, bool)
-    pos = found.column("pos").to_numpy()
-    index[pos] = found.column("sample_index").to_numpy()
-    hit[pos] = True
+    """The sample_index each entry matches (null: none): joins of the entries (in batches of consecutive
+    entries) with `samples`, run by `run(sql, params, tables={name: table})` on the dataset's connection."""
+    n = entries.num_rows
+    numbered = entries.append_column("pos", from_numpy(np.arange(n, dtype=np.int64)))
+    ids = entries.column("shard_id").to_numpy()
+    index = np.zeros(n, np.int64)
+    hit = np.zeros(n, bool)
+    for start in range(0, n, MATCH_BATCH):
+        part = slice(start, min(n, start + MATCH_BATCH))
+        bounds = [int(ids[part].min()), int(ids[part].max())]
+        found = run(MATCH_SQL, bounds, tables={"_entries_to_match": numbered.slice(start, MATCH_BATCH)})
+        pos = found.column("pos").to_numpy()
+        index[pos] = found.column("sample_index").to_numpy()
+        hit[pos] = True
     return from_numpy(index, np.int64, hit)
 
 

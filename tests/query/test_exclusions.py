@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from energon_arrow.meta.split import SplitConfig
-from energon_arrow.query import open_dataset
+from energon_arrow.query import exclusions, open_dataset
 from energon_arrow.query.exclusions import CACHE_KEY, bitmaps, cache_rel
 from energon_arrow.query.splits import exclude_table
 from tests.query.conftest import write_split
@@ -137,3 +137,14 @@ def test_bitmaps_and_unresolved_views(energon_ds):
         with pytest.raises(duckdb.Error, match="not resolved"):
             ds._internal("SELECT count(*) FROM split_samples")  # internal SQL: no automatic resolution
         assert ds.sql("SELECT count(*) FROM split_samples").scalar() == 32
+
+
+def test_matched_in_batches(energon_ds, monkeypatch):
+    """Entries are matched a batch of consecutive entries (a range of shards) at a time: 2 per batch here."""
+    monkeypatch.setattr(exclusions, "MATCH_BATCH", 2)
+    write_split(energon_ds, SPLIT)
+    with open_dataset(energon_ds) as ds:
+        ds.exclusions()
+    table = _cache(energon_ds)[1]
+    rows = zip(*(table.column(c).to_pylist() for c in ("shard_id", "sample_key", "sample_index")))
+    assert {(s, k): i for s, k, i in rows} == CACHED
