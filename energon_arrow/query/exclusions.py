@@ -2,7 +2,7 @@
 
 An `exclude` entry `<shard>/<key>` removes the sample of that shard with that key (energon 7.4.1; sample keys are
 unique in a dataset). Finding those samples matches the entries' keys with the sample keys: a join that reads and
-hashes the keys of every shard named (4.3 CPU-seconds for the 80M keys of bench_query_scale's 100M samples). Its
+hashes the keys of every shard named (3.5 CPU-seconds for the 80M keys of bench_query_scale's 100M samples). Its
 result is small, one sample_index per entry, so it is computed when a query first needs it and cached in
 `.nv-meta/arrow/excluded-<split config>.parquet` (CACHE_SCHEMA: the entries' shard_id and sample_key, and the
 sample_index they match, null for none). A cache is used only when its entries equal the current ones and its
