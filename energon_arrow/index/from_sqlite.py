@@ -28,6 +28,7 @@ from energon_arrow.index.schema import (
     SHARDS_SCHEMA,
     SIDE_INDEX_DIR,
     SIDE_INDEX_VERSION,
+    parquet_options,
     with_optional_columns,
 )
 from energon_arrow.index.summary import SUMMARY_FILE, summarize, with_identity
@@ -184,7 +185,7 @@ def side_index_from_sqlite(storage: Storage) -> dict[str, pa.Table]:
 
 def parquet_bytes(table: pa.Table) -> bytes:
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd", row_group_size=1 << 20)
+    pq.write_table(table, buf, row_group_size=1 << 20, **parquet_options(table.schema))
     return buf.getvalue()
 
 

@@ -50,6 +50,27 @@ OPTIONAL_COLUMNS = {"shards": ("fingerprint",)}
 SIDE_INDEX_FILES = {"shards": SHARDS_SCHEMA, "samples": SAMPLES_SCHEMA, "parts": PARTS_SCHEMA}
 
 
+# Parquet encodings by column name (the other columns: dictionary, plain where the dictionary grows too large):
+# offsets, payload sizes and indexes delta-coded (DuckDB scans them about twice as fast as the plain pages a
+# dictionary falls back to, and they are smaller); sample keys with their lengths delta-coded (a quarter less CPU
+# to scan than plain); `byte_size` stays dictionary-encoded (whole tar blocks: few distinct values)
+_ENCODINGS = {
+    **dict.fromkeys(("sample_index", "byte_offset", "content_offset", "content_size"), "DELTA_BINARY_PACKED"),
+    "sample_key": "DELTA_LENGTH_BYTE_ARRAY",
+}
+
+
+def parquet_options(schema: pa.Schema) -> dict:
+    """`pq.ParquetWriter` / `pq.write_table` options of every side-index file: zstd, statistics, _ENCODINGS."""
+    encoded = {f.name: _ENCODINGS[f.name] for f in schema if f.name in _ENCODINGS}
+    return {
+        "compression": "zstd",
+        "write_statistics": True,
+        "use_dictionary": [f.name for f in schema if f.name not in encoded],
+        "column_encoding": encoded,
+    }
+
+
 def with_optional_columns(table: pa.Table, name: str) -> pa.Table:
     """`table` (side-index file `name`) with the optional columns it lacks added as nulls."""
     schema = SIDE_INDEX_FILES[name]

@@ -24,6 +24,7 @@ from energon_arrow.index.schema import (
     SAMPLES_SCHEMA,
     SHARDS_SCHEMA,
     SIDE_INDEX_DIR,
+    parquet_options,
     with_optional_columns,
 )
 from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_SCHEMA, summarize, with_identity
@@ -54,9 +55,10 @@ class SideIndexWriter:
         self.energon_index = energon_index
         os.makedirs(os.path.join(folder, "arrow"), exist_ok=True)
         self.paths = {name: os.path.join(folder, rel) for name, rel in SIDE_INDEX_NAMES.items()}
-        opts = {"compression": "zstd", "write_statistics": True}
-        self._samples = pq.ParquetWriter(self.paths["samples"], SAMPLES_SCHEMA, **opts)
-        self._parts = pq.ParquetWriter(self.paths["parts"], PARTS_SCHEMA, **opts)
+        self._samples = pq.ParquetWriter(
+            self.paths["samples"], SAMPLES_SCHEMA, **parquet_options(SAMPLES_SCHEMA)
+        )
+        self._parts = pq.ParquetWriter(self.paths["parts"], PARTS_SCHEMA, **parquet_options(PARTS_SCHEMA))
         self._shards: list[tuple] = []
         self._pending: dict[str, list[pa.Table]] = {"samples": [], "parts": []}
         self._pending_rows = 0
@@ -143,11 +145,11 @@ class SideIndexWriter:
         )
         if not self.energon_index:
             table = table.replace_schema_metadata({ENERGON_INDEX_KEY: b"false"})
-        pq.write_table(table, self.paths["shards"], compression="zstd")
+        pq.write_table(table, self.paths["shards"], **parquet_options(table.schema))
         summary = pa.concat_tables(self._summary) if self._summary else SUMMARY_SCHEMA.empty_table()
         summary_path = os.path.join(self.folder, SUMMARY_NAME)
         summary = with_identity(summary, table, self._rows["samples"], self._rows["parts"])
-        pq.write_table(summary, summary_path, compression="zstd")
+        pq.write_table(summary, summary_path, **parquet_options(summary.schema))
         return {
             **{rel: self.paths[name] for name, rel in SIDE_INDEX_NAMES.items()},
             SUMMARY_NAME: summary_path,

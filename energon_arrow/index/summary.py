@@ -113,7 +113,7 @@ def summarize_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     return pa.concat_tables(out) if out else SUMMARY_SCHEMA.empty_table()
 
 
-def _identity(shards: pa.Table, samples: int, parts: int) -> bytes:
+def identity(shards: pa.Table, samples: int, parts: int) -> bytes:
     """What a summary describes: the shards (paths, sample counts, sizes, data ends, content fingerprints: not
     mtimes, so that a copied dataset keeps its summary) and the sample and part row counts."""
     digest = hashlib.sha256()
@@ -128,9 +128,4 @@ def _identity(shards: pa.Table, samples: int, parts: int) -> bytes:
 
 def with_identity(summary: pa.Table, shards: pa.Table, samples: int, parts: int) -> pa.Table:
     """`summary` with the identity of the side index it describes (`shards` table, row counts) in its metadata."""
-    return summary.replace_schema_metadata({SUMMARY_KEY: _identity(shards, samples, parts)})
-
-
-def describes(metadata: dict | None, shards: pa.Table, samples: int, parts: int) -> bool:
-    """Whether a summary with Parquet metadata `metadata` describes this side index."""
-    return (metadata or {}).get(SUMMARY_KEY) == _identity(shards, samples, parts)
+    return summary.replace_schema_metadata({SUMMARY_KEY: identity(shards, samples, parts)})

@@ -94,11 +94,11 @@ def parse_split(text: str, where: str = SPLIT_YAML, json_format: bool = False) -
     out: dict[str, list[str]] = {}
     for name, entries in parts.items():
         entries = [] if entries is None else entries
-        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        if not isinstance(entries, list) or not {*map(type, entries)} <= {str}:
             raise MetaError(f"{where}: split_parts[{name!r}] must be a list of shard paths")
         out[str(name)] = list(entries)
     exclude = raw.get("exclude") or []
-    if not isinstance(exclude, list) or not all(isinstance(e, str) for e in exclude):
+    if not isinstance(exclude, list) or not {*map(type, exclude)} <= {str}:
         raise MetaError(f"{where}: 'exclude' must be a list of shard paths or '<shard>/<sample key>' entries")
     for name, entries in out.items():
         check_all(entries, f"{where}: split_parts[{name!r}]")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
@@ -45,15 +46,19 @@ def _entry(text: str) -> str | None:
     return text
 
 
-def _entries(lines: list[str], lead: int) -> list[str] | None:
-    """The entries of a run of `- ` lines (`lead`: the characters before each entry), None when one of them is
-    outside the simple layout. Checked by one Arrow regex kernel when every entry is a plain path with a `/`."""
-    values = pc.utf8_slice_codeunits(pa.array(lines, pa.string()), lead)
-    simple = pc.match_substring_regex(values, _PLAIN_PATH)
-    if pc.all(simple).as_py():
+def _run(lines: pa.StringArray, start: int, stop: int, lead: int, data: bytes, bounds: np.ndarray):
+    """The entries of lines [start, stop), each `lead` characters of `- ` then the entry (`lines` hold their
+    newline), None when one of them is outside the simple layout. One Arrow regex kernel checks them when every
+    entry is a plain path with a `/`; otherwise each line is looked at."""
+    values = pc.utf8_slice_codeunits(lines.slice(start, stop - start), lead, -1)
+    if pc.all(pc.match_substring_regex(values, _PLAIN_PATH)).as_py():
         return values.to_pylist()
-    out = [_entry(line[lead:]) for line in lines]
+    out = [_entry(_line(data, bounds, i)[lead:]) for i in range(start, stop)]
     return None if any(v is None for v in out) else out
+
+
+def _line(data: bytes, bounds: np.ndarray, i: int) -> str:
+    return data[bounds[i] : bounds[i + 1] - 1].decode()
 
 
 def parse_split_lines(text: str) -> dict | None:
@@ -63,32 +68,39 @@ def parse_split_lines(text: str) -> dict | None:
             return json.loads(text)
         except json.JSONDecodeError:
             return None  # flow-style YAML, or broken: the YAML loader reads it or names the error
+    data = text.encode()
+    data += b"" if data.endswith(b"\n") else b"\n"
+    # lines by numpy over the bytes: kind 1 = `- entry`, 2 = `  - entry`, 0 = anything else (a few keys)
+    raw = np.frombuffer(data + b"\0\0\0", np.uint8)
+    ends = np.flatnonzero(raw[: len(data)] == 10)
+    bounds = np.r_[0, ends + 1]  # line i is data[bounds[i]:bounds[i + 1]], its newline included
+    first = [raw[bounds[:-1] + k] for k in range(4)]
+    dash, space = ord("-"), ord(" ")
+    nested = (first[0] == space) & (first[1] == space) & (first[2] == dash) & (first[3] == space)
+    kind = np.where(nested, 2, np.where((first[0] == dash) & (first[1] == space), 1, 0))
+    events = np.flatnonzero((kind == 0) | np.r_[True, kind[1:] != kind[:-1]]).tolist() + [len(kind)]
+    offsets = pa.py_buffer(bounds.astype(np.int64 if len(data) >= 2**31 else np.int32))
+    lines = (pa.LargeStringArray if len(data) >= 2**31 else pa.StringArray).from_buffers(
+        len(kind), offsets, pa.py_buffer(data)
+    )
     out: dict = {}
     top: str | None = None  # the current top-level key (a block value is None until a line decides)
     sub: str | None = None  # the current key of a nested mapping
     closed = True  # the current key was written with an inline value: no entries may follow
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        if not line or line.startswith("#"):
-            continue
-        nested = line.startswith("  - ")
-        if nested or line.startswith("- "):
-            lead = "  - " if nested else "- "
-            start = i - 1
-            while i < len(lines) and lines[i].startswith(lead):
-                i += 1
-            values = _entries(lines[start:i], len(lead))
-            if values is None or closed or nested != (sub is not None):
+    for start, stop in zip(events[:-1], events[1:]):
+        if kind[start]:
+            values = _run(lines, start, stop, 2 * int(kind[start]), data, bounds)
+            if values is None or closed or (kind[start] == 2) != (sub is not None):
                 return None
-            owner, key = (out[top], sub) if nested else (out, top)
+            owner, key = (out[top], sub) if sub is not None else (out, top)
             if owner[key] is None:
                 owner[key] = []
             if not isinstance(owner[key], list):
                 return None
             owner[key].extend(values)
+            continue
+        line = _line(data, bounds, start)
+        if not line or line.startswith("#"):
             continue
         m = _TOP_KEY.fullmatch(line)
         if m:
@@ -108,4 +120,4 @@ def parse_split_lines(text: str) -> dict | None:
             sub, closed = name, m.group(2) is not None
             continue
         return None
-    return out
+    return out or None  # no key at all: an empty document, which YAML reads as null

@@ -8,6 +8,8 @@ side-index folder, and its configuration is locked.
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import pyarrow as pa
 
@@ -18,7 +20,9 @@ from energon_arrow.query.limits import QueryLimits
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
-# name -> (description, SQL); the SQL may use the base views and `_split_shards` / `_exclude_entries`.
+# name -> (description, SQL); the SQL may use the base views, `_split_shards`, `_exclude_entries` (the exclude entries
+# with the sample_index each `<shard>/<key>` entry matches) and `_excluded_bits` (per shard with excluded samples, a
+# BIT of its excluded sample indexes): both filled by `use_exclusions` (query.exclusions).
 DERIVED_VIEWS = {
     "sample_parts": (
         "every part with its sample key and shard path",
@@ -39,20 +43,30 @@ DERIVED_VIEWS = {
     ),
     "excluded": (
         "split.yaml `exclude` entries (expanded), their kind, and whether they match a shard or sample",
-        """SELECT e.entry, e.kind, e.shard_id, e.path, e.sample_key,
-                  CASE WHEN e.kind = 'shard' THEN true
-                       ELSE EXISTS (SELECT 1 FROM samples s
-                                    WHERE s.shard_id = e.shard_id AND s.sample_key = e.sample_key) END AS matched
-           FROM _exclude_entries e""",
+        """SELECT entry, kind, shard_id, path, sample_key, kind = 'shard' OR sample_index IS NOT NULL AS matched
+           FROM _exclude_entries""",
     ),
     "split_samples": (
         "the effective samples of every split (excluded shards and samples removed), in iteration order",
         """SELECT sp.split, sp.position AS shard_position, s.shard_id, sp.path AS shard_path, s.sample_index,
                   s.sample_key, s.byte_offset, s.byte_size
-           FROM _split_shards sp JOIN samples s ON s.shard_id = sp.shard_id
-           ANTI JOIN (SELECT shard_id, sample_key FROM _exclude_entries WHERE kind = 'sample') e
-                ON e.shard_id = s.shard_id AND e.sample_key = s.sample_key
-           WHERE NOT sp.excluded""",
+           FROM (SELECT sp.*, b.bits FROM _split_shards sp LEFT JOIN _excluded_bits b USING (shard_id)
+                 WHERE NOT sp.excluded) sp
+           JOIN samples s ON s.shard_id = sp.shard_id
+           WHERE sp.bits IS NULL OR s.sample_index >= bit_length(sp.bits)
+                 OR get_bit(sp.bits, s.sample_index::INTEGER) = 0""",
+    ),
+    "split_sizes": (
+        "per split: shards, excluded shards, samples (as listed) and effective samples (split_samples' rows), "
+        "from the shards table and the resolved exclusions: no sample rows read",
+        """SELECT sp.split, count(*) AS shards, count(*) FILTER (sp.excluded) AS excluded_shards,
+                  sum(sh.sample_count)::BIGINT AS samples,
+                  coalesce(sum(sh.sample_count - coalesce(x.n, 0)) FILTER (NOT sp.excluded), 0)::BIGINT
+                      AS effective_samples
+           FROM _split_shards sp JOIN shards sh USING (shard_id)
+           LEFT JOIN (SELECT shard_id, count(*) AS n FROM _exclude_entries WHERE sample_index IS NOT NULL
+                      GROUP BY shard_id) x USING (shard_id)
+           GROUP BY sp.split""",
     ),
 }
 
@@ -62,6 +76,16 @@ PART_TYPES_SCAN = """SELECT part_name, count(*) AS parts, count(DISTINCT (shard_
                             avg(content_size) AS avg_bytes, max(content_size) AS max_bytes
                      FROM parts GROUP BY part_name ORDER BY part_name"""
 
+# _exclude_entries and _excluded_bits until `use_exclusions`: an error as soon as a row is read (Dataset resolves
+# the exclusions before it runs a query that names a view using them); no exclude entries: empty, and right
+_UNRESOLVED = "FROM _exclude_table WHERE error('split.yaml exclusions not resolved (Dataset.exclusions)')"
+UNRESOLVED_VIEWS = {
+    "_exclude_entries": f"SELECT *, NULL::BIGINT AS sample_index {_UNRESOLVED}",
+    "_excluded_bits": f"SELECT shard_id, NULL::BIT AS bits {_UNRESOLVED}",
+}
+# views whose rows depend on the resolved exclusions
+EXCLUSION_VIEWS = ("excluded", "split_samples", "split_sizes", *UNRESOLVED_VIEWS)
+
 BASE_VIEWS = {
     "samples": "one row per sample: shard_id, sample_index, sample_key, byte_offset, byte_size",
     "parts": "one row per part: shard_id, sample_index, part_name, content_offset, content_size",
@@ -69,7 +93,17 @@ BASE_VIEWS = {
 }
 
 
-PUBLIC_VIEWS = (*BASE_VIEWS, *DERIVED_VIEWS, "_split_shards", "_exclude_entries", "_part_summary")
+PUBLIC_VIEWS = (
+    *BASE_VIEWS,
+    *DERIVED_VIEWS,
+    "_split_shards",
+    "_exclude_entries",
+    "_exclude_table",
+    "_exclude_resolved",
+    "_excluded_bits",
+    "_exclude_bitmaps",
+    "_part_summary",
+)
 
 
 def _duckdb_url(storage: Storage, rel: str) -> str:
@@ -120,7 +154,9 @@ def connect(
         else:
             con.register(name, table if table is not None else parquet_dataset(storage, rel))
     con.register("_split_shards", splits)
-    con.register("_exclude_entries", excludes)
+    con.register("_exclude_table", excludes)
+    for name, sql in UNRESOLVED_VIEWS.items():
+        con.execute(f"CREATE VIEW {name} AS {sql}")
     for name, (_, sql) in DERIVED_VIEWS.items():
         con.execute(f"CREATE VIEW {name} AS {sql if summary or name != 'part_types' else PART_TYPES_SCAN}")
     allowed = []
@@ -141,6 +177,26 @@ def use_summary(con: duckdb.DuckDBPyConnection, summary: pa.Table) -> None:
     """Answer part_types from `summary` (index.summary, computed for a side index that had none)."""
     con.register("_part_summary", summary)
     con.execute(f"CREATE OR REPLACE VIEW part_types AS {DERIVED_VIEWS['part_types'][1]}")
+
+
+_EXCLUSION_NAMES = re.compile(rf"\b({'|'.join(EXCLUSION_VIEWS)})\b", re.IGNORECASE)
+
+
+def uses_exclusions(query: str) -> bool:
+    """Whether `query` may read a view that depends on the resolved exclusions (by name: a column or string
+    of that name counts too, which only resolves them earlier than needed)."""
+    return _EXCLUSION_NAMES.search(query) is not None
+
+
+def use_exclusions(con: duckdb.DuckDBPyConnection, resolved: pa.Table, bitmaps: pa.Table) -> None:
+    """Answer _exclude_entries from `resolved` (the exclude table with each entry's sample_index) and
+    _excluded_bits from `bitmaps` (query.exclusions.bitmaps)."""
+    con.register("_exclude_resolved", resolved)
+    con.register("_exclude_bitmaps", bitmaps)
+    con.execute("CREATE OR REPLACE VIEW _exclude_entries AS SELECT * FROM _exclude_resolved")
+    con.execute(
+        "CREATE OR REPLACE VIEW _excluded_bits AS SELECT shard_id, bits::BIT AS bits FROM _exclude_bitmaps"
+    )
 
 
 def view_columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:

@@ -15,7 +15,7 @@ from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
 from energon_arrow.index.side_index import has_energon_index
 from energon_arrow.meta.info import read_info
 from energon_arrow.meta.split import read_split
-from energon_arrow.query import catalog
+from energon_arrow.query import catalog, exclusions
 from energon_arrow.query.errors import QueryError
 from energon_arrow.query.guard import check_read_only, explain_error
 from energon_arrow.query.limits import QueryLimits
@@ -29,13 +29,24 @@ SPLIT_COLUMNS = ["shard_id", "shard_path", "sample_index", "sample_key", "byte_o
 
 
 def in_split_order(table: pa.Table) -> pa.Table:
-    """`table` sorted by (shard_position, sample_index). DuckDB's join usually emits that order already; checking
-    costs one vectorised pass, sorting (only when needed) a lexsort and a take."""
+    """`table` sorted by (shard_position, sample_index). DuckDB's join emits ordered runs (its output chunks), in
+    order or, with several threads, interleaved: a stable argsort of one int64 key (timsort: fast on a few
+    runs) finds the order, which is applied as zero-copy slices of the table when it is a few pieces of it, else
+    by a take."""
     pos = table.column("shard_position").to_numpy().astype(np.int64)
     idx = table.column("sample_index").to_numpy()
-    if len(pos) < 2 or (np.diff(pos) >= 0).all() and ((np.diff(idx) > 0) | (np.diff(pos) > 0)).all():
+    dp, di = np.diff(pos), np.diff(idx)
+    if ((dp > 0) | ((dp == 0) & (di > 0))).all():
         return table
-    return table.take(np.lexsort((idx, pos)))
+    if idx.min() >= 0 and idx.max() < 1 << 32:
+        perm = np.argsort((pos << 32) | idx, kind="stable")
+    else:
+        perm = np.lexsort((idx, pos))
+    starts = np.r_[0, np.flatnonzero(np.diff(perm) != 1) + 1]
+    if len(starts) > len(perm) // 1024:
+        return table.take(perm)
+    sizes = np.diff(np.r_[starts, len(perm)])
+    return pa.concat_tables([table.slice(perm[a], n) for a, n in zip(starts.tolist(), sizes.tolist())])
 
 
 class Dataset:
@@ -71,8 +82,11 @@ class Dataset:
         self._lock = threading.Lock()
         self._base = base
         self._side = side
+        self._in_place = in_place
         self._publish = publish and in_place
         self._excludes = excludes
+        self._resolved: pa.Table | None = None  # `exclusions()`, once resolved
+        self._resolve_lock = threading.Lock()
         self._con = catalog.connect(storage, base, splits, excludes, limits, summary=side.summary)
         self._columns: dict[str, list[str]] | None = None
 
@@ -105,24 +119,56 @@ class Dataset:
         taken = sorted(set(tables or {}) & set(catalog.PUBLIC_VIEWS))
         if taken:
             raise QueryError(f"extra tables may not shadow the dataset's views: {', '.join(taken)}")
+        if catalog.uses_exclusions(query):
+            self.exclusions()
         with self._lock:
             check_read_only(self._con, query)
+        try:
+            return QueryResult(self._internal(query, params, tables), query)
+        except duckdb.Error as exc:
+            with self._lock:
+                self._columns = self._columns or catalog.view_columns(self._con)
+            raise explain_error(exc, query, self._columns) from None
+
+    def _internal(self, query: str, params: Any = None, tables: dict[str, Any] | None = None) -> pa.Table:
+        """Run `query` (trusted SQL) with `tables` registered as extra views for this query only."""
+        with self._lock:
             con = self._con
-            names = list(tables or {})
             try:
                 for name, value in (tables or {}).items():
                     con.register(name, value)
-                return QueryResult(con.sql(query, params=params).to_arrow_table(), query)
-            except duckdb.Error as exc:
-                self._columns = self._columns or catalog.view_columns(con)
-                raise explain_error(exc, query, self._columns) from None
+                return con.sql(query, params=params).to_arrow_table()
             finally:
-                for name in names:
+                for name in tables or {}:
                     con.unregister(name)
 
-    def _internal(self, query: str, params: Any = None) -> pa.Table:
-        with self._lock:
-            return self._con.sql(query, params=params).to_arrow_table()
+    def exclusions(self) -> pa.Table:
+        """The expanded `exclude` entries (the `excluded` view's rows: entry, kind, shard_id, path, sample_key) with
+        the sample_index each `<shard>/<key>` entry matches (null: none). Resolved once per open dataset, from
+        the cache beside the side index when it is current, else by one join of the entries with the sample
+        keys, cached for the next open (query.exclusions). The views excluded, split_samples and split_sizes, and
+        split(), info and joins, apply it."""
+        with self._resolve_lock:
+            if self._resolved is None:
+                resolved = exclusions.with_indexes(self._excludes, self._match_entries())
+                counts = self._side.tables["shards"].column("sample_count").to_numpy()
+                with self._lock:
+                    catalog.use_exclusions(self._con, resolved, exclusions.bitmaps(resolved, counts))
+                self._resolved = resolved
+            return self._resolved
+
+    def _match_entries(self) -> pa.Array | None:
+        entries = exclusions.sample_entries(self._excludes)
+        if not entries.num_rows:
+            return None
+        side = self._side.identity()
+        rel = exclusions.cache_rel(self.split_config_name)
+        indexes = exclusions.read_cache(self.storage, rel, entries, side) if self._in_place else None
+        if indexes is None:
+            indexes = exclusions.match(entries, self._internal)
+            if self._publish:
+                exclusions.write_cache(self.storage, rel, entries, indexes, side)
+        return indexes
 
     def ensure_summary(self) -> None:
         """Make `part_types` (and `info`) answer from the side index's summary (`index.summary`): a dataset
@@ -206,6 +252,7 @@ class Dataset:
         Columns: shard_id int32, shard_path string, sample_index int64, sample_key string, byte_offset int64,
         byte_size int64 (byte range of the whole sample in its tar, headers included)."""
         self._check_split(name)
+        self.exclusions()
         table = self._internal(
             f"SELECT shard_position, {', '.join(SPLIT_COLUMNS)} FROM split_samples WHERE split = ?", [name]
         )
@@ -215,6 +262,7 @@ class Dataset:
         """The parts of `split(name)`'s samples, in the same order (then by content offset): shard_id,
         shard_path, sample_index, sample_key, part_name, content_offset, content_size."""
         self._check_split(name)
+        self.exclusions()
         return self._internal(
             """SELECT p.shard_id, s.shard_path, p.sample_index, s.sample_key, p.part_name::VARCHAR AS part_name,
                       p.content_offset, p.content_size

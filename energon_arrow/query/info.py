@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from energon_arrow.adapters import NotFound
@@ -32,50 +30,25 @@ def _sample_type(ds: Dataset, dataset_config: str) -> str:
     return f"{d.sample_type_module}.{d.sample_type}"
 
 
-def _excluded_samples(ds: Dataset, shards: int) -> np.ndarray:
-    """Per shard id: how many of the split.yaml `exclude` sample entries match a sample of the shard. The only
-    part of `info` that reads sample rows (one semi join of the entries with `samples`), and only when there are
-    sample entries."""
-    hits = np.zeros(shards, np.int64)
-    if not pc.any(pc.equal(ds._excludes.column("kind"), "sample")).as_py():
-        return hits
-    found = ds._internal(
-        """SELECT e.shard_id, count(*) AS n FROM _exclude_entries e
-           SEMI JOIN samples s ON s.shard_id = e.shard_id AND s.sample_key = e.sample_key
-           WHERE e.kind = 'sample' GROUP BY e.shard_id"""
-    )
-    hits[found.column("shard_id").to_numpy()] = found.column("n").to_numpy()
-    return hits
-
-
-def _effective_samples(ds: Dataset, hits: np.ndarray) -> dict[str, int]:
-    """Per split: the samples iterating it yields (split_samples' row count): its shards' samples, less the
-    shards in `exclude` and the samples matched by exclude entries."""
-    listed = ds._internal(
-        """SELECT sp.split, sp.shard_id, sh.sample_count FROM _split_shards sp JOIN shards sh USING (shard_id)
-           WHERE NOT sp.excluded"""
-    )
-    left = listed.column("sample_count").to_numpy() - hits[listed.column("shard_id").to_numpy()]
-    per_split = (
-        pa.table({"split": listed.column("split"), "n": left}).group_by("split").aggregate([("n", "sum")])
-    )
-    return dict(zip(per_split.column("split").to_pylist(), per_split.column("n_sum").to_pylist()))
-
-
-def _exclude_summary(ds: Dataset, hits: np.ndarray) -> dict:
-    """Per kind of exclude entry (shard, sample, unknown): entries and how many match nothing."""
+def _exclude_summary(ds: Dataset) -> dict:
+    """Per kind of exclude entry (shard, sample, unknown): entries and how many match nothing (from the resolved
+    exclusions, `Dataset.exclusions`: cached; the first resolution after split.yaml changed is the only part of
+    `info` that reads sample rows)."""
+    entries = ds.exclusions()
+    matched = pc.sum(pc.is_valid(entries.column("sample_index"))).as_py() or 0
     out = {}
-    for row in pc.value_counts(ds._excludes.column("kind")).to_pylist():  # in order of first appearance
+    for row in pc.value_counts(entries.column("kind")).to_pylist():  # in order of first appearance
         kind, n = row["values"], row["counts"]
-        out[kind] = {"entries": n, "unmatched": {"shard": 0, "sample": n - int(hits.sum())}.get(kind, n)}
+        out[kind] = {"entries": n, "unmatched": {"shard": 0, "sample": n - matched}.get(kind, n)}
     return out
 
 
 def dataset_info(ds: Dataset, dataset_config: str = "dataset.yaml") -> dict:
     """A JSON-ready summary. Split percentages and counts follow energon (shard counts from .info.json, before
     exclusions); `effective_samples` is what iterating the split yields after `exclude`. Answered from the
-    shards table and the side index's summary (`Dataset.ensure_summary`); sample rows are read only to match
-    `exclude` sample entries."""
+    shards table, the side index's summary (`Dataset.ensure_summary`) and the resolved exclusions
+    (`Dataset.exclusions`, the `split_sizes` view); sample rows are read only to resolve `exclude` sample
+    entries the first time."""
     totals = ds._internal(
         "SELECT count(*) AS shards, coalesce(sum(size), 0)::BIGINT AS bytes, coalesce(sum(sample_count), 0)::BIGINT "
         "AS samples FROM shards"
@@ -85,17 +58,13 @@ def dataset_info(ds: Dataset, dataset_config: str = "dataset.yaml") -> dict:
         """SELECT part_name::VARCHAR AS part_name, parts, samples, total_bytes, min_bytes, max_bytes,
                   round(avg_bytes, 1) AS avg_bytes FROM part_types"""
     ).to_pylist()
-    splits = ds._internal(
-        """SELECT sp.split, count(*) AS shards, sum(sh.sample_count)::BIGINT AS samples,
-                  count(*) FILTER (sp.excluded) AS excluded_shards
-           FROM splits sp JOIN shards sh USING (shard_id) GROUP BY sp.split"""
-    ).to_pylist()
-    hits = _excluded_samples(ds, totals["shards"])
-    effective = _effective_samples(ds, hits)
+    ds.exclusions()
+    splits = ds._internal("SELECT * FROM split_sizes").to_pylist()
     by_name = {s["split"]: s for s in splits}
+    empty = {"shards": 0, "samples": 0, "excluded_shards": 0, "effective_samples": 0}
     split_rows = []
     for name in sorted(ds.split_names, key=lambda n: (SPLIT_ORDER.index(n) if n in SPLIT_ORDER else 3, n)):
-        s = by_name.get(name, {"shards": 0, "samples": 0, "excluded_shards": 0})
+        s = by_name.get(name, empty)
         split_rows.append(
             {
                 "name": name,
@@ -103,7 +72,7 @@ def dataset_info(ds: Dataset, dataset_config: str = "dataset.yaml") -> dict:
                 "samples": s["samples"],
                 "shards": s["shards"],
                 "excluded_shards": s["excluded_shards"],
-                "effective_samples": effective.get(name, 0),
+                "effective_samples": s["effective_samples"],
             }
         )
     return {
@@ -118,7 +87,7 @@ def dataset_info(ds: Dataset, dataset_config: str = "dataset.yaml") -> dict:
         "energon_index": ds.energon_index,
         "part_types": parts,
         "splits": split_rows,
-        "exclude": _exclude_summary(ds, hits),
+        "exclude": _exclude_summary(ds),
     }
 
 

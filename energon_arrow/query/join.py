@@ -71,6 +71,8 @@ def join_datasets(datasets, split: str) -> pa.Table:
     (int64; -1 for nonmatch 'none'), `{name}_shard_id` and `{name}_matched`."""
     members = _members(datasets)
     (pname, primary), others = members[0], members[1:]
+    for _, member in members:
+        member.dataset.exclusions()  # split_samples applies them (resolved once, cached)
     tables = {
         f"_join_{name}": member.dataset._internal(
             "SELECT shard_position, shard_id, sample_key, byte_offset, byte_size FROM split_samples WHERE split = ?",

@@ -30,7 +30,7 @@ from energon_arrow.index.schema import (
     SIDE_INDEX_FILES,
     with_optional_columns,
 )
-from energon_arrow.index.summary import SUMMARY_FILE, describes
+from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_KEY, identity
 from energon_arrow.meta.info import info_exists
 from energon_arrow.meta.uuid_file import read_index_uuid
 from energon_arrow.query.errors import NotPreparedError, StaleIndexError
@@ -44,13 +44,20 @@ class SideIndex:
     source: str  # "parquet", "index.sqlite (converted, published)", "index.sqlite (converted, in memory)"
     rows: dict[str, int]  # rows of samples and parts (from the Parquet footers)
     summary: bool = False  # `summary.parquet` describes this side index (index.summary)
+    _identity: bytes | None = None
+
+    def identity(self) -> bytes:
+        """`index.summary.identity` of this side index (computed once)."""
+        if self._identity is None:
+            self._identity = identity(self.tables["shards"], self.rows["samples"], self.rows["parts"])
+        return self._identity
 
 
 def _prepare_hint(storage: Storage) -> str:
     return f"`energon-arrow prepare {storage.url}`"
 
 
-def _read_parquet(storage: Storage, rel: str) -> pa.Table:
+def read_parquet(storage: Storage, rel: str) -> pa.Table:
     try:
         # ParquetFile, not read_table: read_table imports pyarrow.dataset and pandas (~0.5 s at first open)
         if storage.is_local:
@@ -96,7 +103,7 @@ def _read_footer(storage: Storage, rel: str) -> pq.FileMetaData:
 def _read_side_index(storage: Storage) -> SideIndex:
     """The shards table (small: read now) after checking that every side-index file has the needed columns, and
     whether the summary describes them: footers only, no sample or part rows read."""
-    shards = _read_parquet(storage, f"{SIDE_INDEX_DIR}/shards.parquet")
+    shards = read_parquet(storage, f"{SIDE_INDEX_DIR}/shards.parquet")
     _missing_columns(shards.schema, "shards", storage)
     rows = {}
     for name in SIDE_INDEX_FILES:
@@ -108,10 +115,12 @@ def _read_side_index(storage: Storage) -> SideIndex:
     metadata = shards.schema.metadata
     shards = with_optional_columns(shards, "shards")
     shards = shards.select(schema.names).cast(schema).replace_schema_metadata(metadata)
-    return SideIndex({"shards": shards}, "parquet", rows, _has_summary(storage, shards, rows))
+    side = SideIndex({"shards": shards}, "parquet", rows)
+    side.summary = _has_summary(storage, side)
+    return side
 
 
-def _has_summary(storage: Storage, shards: pa.Table, rows: dict[str, int]) -> bool:
+def _has_summary(storage: Storage, side: SideIndex) -> bool:
     """Whether `.nv-meta/arrow/summary.parquet` exists and describes this side index (an unreadable or stale one
     is ignored: `Dataset.ensure_summary` computes it again)."""
     rel = f"{SIDE_INDEX_DIR}/{SUMMARY_FILE}"
@@ -122,7 +131,7 @@ def _has_summary(storage: Storage, shards: pa.Table, rows: dict[str, int]) -> bo
     except NotPreparedError as exc:
         log.warning("%s; it is computed again", exc)
         return False
-    return describes(footer.metadata, shards, rows["samples"], rows["parts"])
+    return (footer.metadata or {}).get(SUMMARY_KEY) == side.identity()
 
 
 def table_rows(tables: dict[str, pa.Table]) -> dict[str, int]:

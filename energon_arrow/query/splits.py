@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from energon_arrow.meta.errors import MetaError
 from energon_arrow.meta.split import SplitConfig
+from energon_arrow.tar.arrow import from_numpy
 
 SPLITS_SCHEMA = pa.schema(
     [
@@ -55,64 +56,71 @@ def split_tables(config: SplitConfig, shard_paths: list[str], where: str) -> tup
     split_col = pa.DictionaryArray.from_arrays(
         pa.array(np.repeat(np.arange(len(names), dtype=np.int32), lengths)), pa.array(names, pa.string())
     ).cast(pa.string())
-    excluded = pc.is_in(paths, value_set=pa.array(expanded.exclude, pa.string()))
+    excludes = exclude_table(expanded.exclude, shard_paths)
+    whole = excludes.filter(pc.equal(excludes.column("kind"), "shard")).column("shard_id")
+    excluded = pc.is_in(ids, value_set=whole.combine_chunks().cast(ids.type))
     splits = pa.Table.from_arrays(
         [split_col, pa.array(position.astype(np.int32)), ids.cast(pa.int32()), paths, excluded],
         schema=SPLITS_SCHEMA,
     )
-    excludes = exclude_table(expanded.exclude, shard_paths)
     return splits, excludes
 
 
 def exclude_table(entries: list[str], shard_paths: list[str]) -> pa.Table:
     """Expanded `exclude` entries as rows (EXCLUDES_SCHEMA, duplicates once): whole shards by shard id, then
     samples by shard id and key, then entries naming no shard (in their order). Vectorised: entries that are a
-    shard, or a shard and a key without `/`, are classified by Arrow kernels; the rest (keys with `/`, unknown
-    entries) by `SplitConfig.classify_excludes`, one by one."""
+    shard, or a shard and a key without `/`, are classified by Arrow kernels (an entry of the second kind is its
+    shard path, `/` and its key, so it is its own `entry`); the rest (keys with `/`, unknown entries) by
+    `SplitConfig.classify_excludes`, one by one."""
     shards = pa.array(shard_paths, pa.string())
     values = pa.array(entries, pa.string())
     whole = pc.is_in(values, value_set=shards)
     cut = pc.split_pattern(values, "/", max_splits=1, reverse=True)
-    has_cut = pc.equal(pc.list_value_length(cut), 2)
-    prefix = pc.if_else(has_cut, pc.list_element(cut, 0), pa.scalar(None, pa.string()))
-    key = pc.list_element(cut, 1)
-    sample = pc.and_(pc.invert(whole), pc.fill_null(pc.is_in(prefix, value_set=shards), False))
+    # the part before the last `/` (an entry without one: itself, which is a shard only when `whole`)
+    sample = pc.and_(pc.invert(whole), pc.is_in(pc.list_element(cut, 0), value_set=shards))
     rest = pc.filter(values, pc.invert(pc.or_(whole, sample))).to_pylist()
     _, more = SplitConfig({}, rest).classify_excludes(shard_paths) if rest else (set(), {})
+    cut = pc.filter(cut, sample)
     more_paths = [p for p, keys in more.items() for _ in keys]
     more_keys = [k for keys in more.values() for k in keys]
-    paths = pa.concat_arrays(
-        [pc.filter(values, whole), pc.filter(prefix, sample), pa.array(more_paths, pa.string())]
-    )
-    keys = pa.concat_arrays(
+    shard_rows = pc.unique(pc.index_in(pc.filter(values, whole), value_set=shards)).cast(pa.int32())
+    sample_ids = pc.index_in(
+        pa.concat_arrays([pc.list_element(cut, 0), pa.array(more_paths, pa.string())]), value_set=shards
+    ).cast(pa.int32())
+    sample_keys = pa.concat_arrays([pc.list_element(cut, 1), pa.array(more_keys, pa.string())])
+    sample_entries = pa.concat_arrays(
         [
-            pa.nulls(pc.sum(whole).as_py() or 0, pa.string()),
-            pc.filter(key, sample),
-            pa.array(more_keys, pa.string()),
+            pc.filter(values, sample),
+            pa.array([f"{p}/{k}" for p, k in zip(more_paths, more_keys)], pa.string()),
         ]
     )
-    ids = pc.index_in(paths, value_set=shards).cast(pa.int32())
-    rows = pa.table({"path": paths, "sample_key": keys, "shard_id": ids, "is_sample": pc.is_valid(keys)})
-    rows = rows.sort_by([("is_sample", "ascending"), ("shard_id", "ascending"), ("sample_key", "ascending")])
-    ids, paths, keys = (rows.column(c).combine_chunks() for c in ("shard_id", "path", "sample_key"))
-    if len(rows) > 1:  # the same entry more than once: one row
+    order = pc.sort_indices(
+        pa.table({"id": sample_ids, "key": sample_keys}), [("id", "ascending"), ("key", "ascending")]
+    )
+    sample_ids, sample_keys, sample_entries = (
+        a.take(order) for a in (sample_ids, sample_keys, sample_entries)
+    )
+    if len(sample_ids) > 1:  # the same entry more than once: one row
         same = pc.and_(
-            pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)),
-            pc.fill_null(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1)), True),
+            pc.equal(sample_ids.slice(1), sample_ids.slice(0, len(sample_ids) - 1)),
+            pc.equal(sample_keys.slice(1), sample_keys.slice(0, len(sample_keys) - 1)),
         )
         keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
-        ids, paths, keys = (pc.filter(c, keep) for c in (ids, paths, keys))
-    kind = pc.if_else(pc.is_null(keys), "shard", "sample")
-    entry = pc.if_else(pc.is_null(keys), paths, pc.binary_join_element_wise(paths, keys, "/"))
+        sample_ids, sample_keys, sample_entries = (
+            pc.filter(a, keep) for a in (sample_ids, sample_keys, sample_entries)
+        )
+    shard_rows = shard_rows.take(pc.sort_indices(shard_rows))
     # entries naming no shard of this dataset: reported by the `excluded` view, they match nothing
     placed = {f"{p}/{k}" for p, keys_ in more.items() for k in keys_}
     unknown = pa.array([e for e in dict.fromkeys(rest) if e not in placed], pa.string())
-    n = len(unknown)
+    n, w, m = len(unknown), len(shard_rows), len(sample_ids)
+    ids = pa.concat_arrays([shard_rows, sample_ids, pa.nulls(n, pa.int32())])
     return pa.Table.from_arrays(
-        [pa.concat_arrays([entry, unknown]),
-         pa.concat_arrays([kind, pa.array(["unknown"] * n, pa.string())]),
-         pa.concat_arrays([ids, pa.nulls(n, pa.int32())]),
-         pa.concat_arrays([paths, pa.nulls(n, pa.string())]),
-         pa.concat_arrays([keys, pa.nulls(n, pa.string())])],
+        [pa.concat_arrays([shards.take(shard_rows), sample_entries, unknown]),
+         pa.DictionaryArray.from_arrays(from_numpy(np.repeat(np.arange(3, dtype=np.int32), [w, m, n]), np.int32),
+                                        pa.array(["shard", "sample", "unknown"])).cast(pa.string()),
+         ids,
+         pa.concat_arrays([shards.take(ids.slice(0, w + m)), pa.nulls(n, pa.string())]),
+         pa.concat_arrays([pa.nulls(w, pa.string()), sample_keys, pa.nulls(n, pa.string())])],
         schema=EXCLUDES_SCHEMA,
     )  # fmt: skip

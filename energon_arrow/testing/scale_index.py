@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from energon_arrow.index.schema import PARTS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA
+from energon_arrow.index.schema import PARTS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA, parquet_options
 from energon_arrow.index.summary import SUMMARY_FILE, summarize, with_identity
 
 PER_SHARD = 1000
@@ -69,11 +69,14 @@ def write_side_index(root: str, n: int, exclusions: int, seed: int = 1) -> None:
     meta = os.path.join(root, ".nv-meta")
     os.makedirs(os.path.join(meta, "arrow"))
     rng = np.random.default_rng(seed)
-    opts = {"compression": "zstd", "write_statistics": True}
     all_ends, summaries = [], []
     with (
-        pq.ParquetWriter(os.path.join(meta, "arrow", "samples.parquet"), SAMPLES_SCHEMA, **opts) as ws,
-        pq.ParquetWriter(os.path.join(meta, "arrow", "parts.parquet"), PARTS_SCHEMA, **opts) as wp,
+        pq.ParquetWriter(
+            os.path.join(meta, "arrow", "samples.parquet"), SAMPLES_SCHEMA, **parquet_options(SAMPLES_SCHEMA)
+        ) as ws,
+        pq.ParquetWriter(
+            os.path.join(meta, "arrow", "parts.parquet"), PARTS_SCHEMA, **parquet_options(PARTS_SCHEMA)
+        ) as wp,
     ):
         for start in range(0, n, BLOCK):
             samples, parts, ends = _block(start, min(n, start + BLOCK), rng)
@@ -90,9 +93,9 @@ def write_side_index(root: str, n: int, exclusions: int, seed: int = 1) -> None:
          pa.nulls(n_shards, pa.string())],
         schema=SHARDS_SCHEMA,
     )  # fmt: skip
-    pq.write_table(shards, os.path.join(meta, "arrow", "shards.parquet"), compression="zstd")
+    pq.write_table(shards, os.path.join(meta, "arrow", "shards.parquet"), **parquet_options(shards.schema))
     summary = with_identity(pa.concat_tables(summaries), shards, n, n * len(PARTS))
-    pq.write_table(summary, os.path.join(meta, "arrow", SUMMARY_FILE), compression="zstd")
+    pq.write_table(summary, os.path.join(meta, "arrow", SUMMARY_FILE), **parquet_options(summary.schema))
     train, val = int(n_shards * 0.8), int(n_shards * 0.9)
     picked = np.sort(rng.choice(train * PER_SHARD, size=min(exclusions, train * PER_SHARD), replace=False))
     sample_entries = pc.binary_join_element_wise(

@@ -109,3 +109,8 @@ def test_in_split_order_sorts_only_when_needed():
     assert in_split_order(shuffled).column("k").to_pylist() == ["a", "b", "c", "d"]
     ordered = pa.table({"shard_position": [0, 0, 1], "sample_index": [0, 2, 0], "k": ["a", "b", "c"]})
     assert in_split_order(ordered) is ordered
+    n = 3000  # two threads' ordered runs interleaved: shard 1, then shards 0 and 2 -> three zero-copy slices
+    pos, idx = [1] * n + [0] * n + [2] * n, list(range(n)) * 3
+    runs = in_split_order(pa.table({"shard_position": pos, "sample_index": idx, "row": range(3 * n)}))
+    assert runs.column("row").to_pylist() == [*range(n, 2 * n), *range(n), *range(2 * n, 3 * n)]
+    assert runs.column("row").num_chunks == 3
