@@ -48,6 +48,12 @@ class PartStore(_FileStoreBase):
         samples = ds.sql("SELECT shard_id, sample_key, byte_offset, byte_size FROM samples").arrow()
         shards = ds.sql("SELECT shard_id, path FROM shards ORDER BY shard_id").arrow()
         self.shard_paths = dict(zip(shards["shard_id"].to_pylist(), shards["path"].to_pylist()))
+        self._url = self.storage.url  # per-read work below is kept to dict lookups and one pread
+        self._local_paths = (
+            {sid: self.storage.local_path(rel) for sid, rel in self.shard_paths.items()}
+            if self.storage.is_local
+            else None
+        )
         names = pc.binary_join_element_wise(parts["sample_key"], parts["part_name"], ".")
         self._names = pa.concat_arrays([names.combine_chunks(), samples["sample_key"].combine_chunks()])
         self._shard = np.concatenate([parts["shard_id"].to_numpy(), samples["shard_id"].to_numpy()]).astype(
@@ -75,17 +81,16 @@ class PartStore(_FileStoreBase):
 
     def _pread(self, row: int) -> bytes:
         """The bytes of one table row from a local shard (one `pread` on a cached descriptor)."""
-        rel = self.shard_paths[int(self._shard[row])]
-        offset, size = int(self._offset[row]), int(self._size[row])
-        data = os.pread(self._files.fd(self.storage.local_path(rel)), size, offset)
+        sid, offset, size = int(self._shard[row]), int(self._offset[row]), int(self._size[row])
+        data = os.pread(self._files.fd(self._local_paths[sid]), size, offset)
         if len(data) != size:
-            raise LoaderError(f"{self.storage.url_of(rel)}: short read at byte {offset} (stale index?)")
+            raise LoaderError(f"{self._local_paths[sid]}: short read at byte {offset} (stale index?)")
         return data
 
     def _read_rows(self, rows: list[int]) -> list:
         """The bytes of the given table rows: one coalesced `read_ranges` on object stores (nearby ranges in one
         GET, the GETs concurrent), `pread`s on cached descriptors locally."""
-        if self.storage.is_local:
+        if self._local_paths is not None:
             return [self._pread(r) for r in rows]
         rels = [self.shard_paths[int(self._shard[r])] for r in rows]
         return self.storage.read_ranges(rels, self._offset[rows], self._size[rows])
@@ -93,7 +98,7 @@ class PartStore(_FileStoreBase):
     def _entry(self, key: str, row: int, data) -> tuple[Any, SourceInfo]:
         """`self[key]` from the bytes of its row: the decoded part, or the dict of a whole sample's parts."""
         shard = self.shard_paths[int(self._shard[row])]
-        source = SourceInfo(dataset_path=self.storage.url, index=key, shard_name=shard, file_names=(key,))
+        source = SourceInfo(self._url, key, shard, (key,))
         if row < self._n_parts:
             return self._decode(key, bytes(data)), source
         where = f"{self.storage.url_of(shard)}@{int(self._offset[row])}"
@@ -102,7 +107,7 @@ class PartStore(_FileStoreBase):
 
     def __getitem__(self, key: str) -> tuple[Any, SourceInfo]:
         row = self._row(key)
-        data = self._pread(row) if self.storage.is_local else self._read_rows([row])[0]
+        data = self._pread(row) if self._local_paths is not None else self._read_rows([row])[0]
         return self._entry(key, row, data)
 
     def get_many(self, keys: list[str]) -> list[tuple[Any, SourceInfo]]:
