@@ -81,7 +81,7 @@ class PartStore(_FileStoreBase):
 
     def _pread(self, row: int) -> bytes:
         """The bytes of one table row from a local shard (one `pread` on a cached descriptor)."""
-        sid, offset, size = int(self._shard[row]), int(self._offset[row]), int(self._size[row])
+        sid, offset, size = self._shard.item(row), self._offset.item(row), self._size.item(row)
         data = os.pread(self._files.fd(self._local_paths[sid]), size, offset)
         if len(data) != size:
             raise LoaderError(f"{self._local_paths[sid]}: short read at byte {offset} (stale index?)")
@@ -97,7 +97,7 @@ class PartStore(_FileStoreBase):
 
     def _entry(self, key: str, row: int, data) -> tuple[Any, SourceInfo]:
         """`self[key]` from the bytes of its row: the decoded part, or the dict of a whole sample's parts."""
-        shard = self.shard_paths[int(self._shard[row])]
+        shard = self.shard_paths[self._shard.item(row)]
         source = SourceInfo(self._url, key, shard, (key,))
         if row < self._n_parts:
             return self._decode(key, bytes(data)), source
