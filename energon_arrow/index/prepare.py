@@ -15,6 +15,7 @@ out and reported in `PrepareResult.bad_shards`.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import shutil
 import tempfile
@@ -298,16 +299,21 @@ def prepare_dataset(
         split = _split(list(counts), options, result)
         small = _meta_files(storage, options, counts, split, part_types)  # may raise: before any write
         files_out: dict[str, object] = {}
-        if sqlite is not None:
-            sqlite.finish()
-            sqlite = None
-            files_out[INDEX_SQLITE] = os.path.join(build, INDEX_SQLITE)
+        with cf.ThreadPoolExecutor(1, thread_name_prefix="ea-sqlite") as pool:
+            # index.sqlite's last pages and SQLite's check of the file (the GIL released) while the side index
+            # is closed; an error of either waits for the other before it propagates
+            finished = pool.submit(sqlite.finish) if sqlite is not None else None
+            side_files = side.close()
+            side = None
+            if finished is not None:
+                finished.result()
+                sqlite = None
+                files_out[INDEX_SQLITE] = os.path.join(build, INDEX_SQLITE)
         if not storage.is_local:  # the largest file goes up while the rest is written; the marker last
             upload = RemoteFolderUpload(storage, META_DIR)
             if INDEX_SQLITE in files_out:
                 upload.add(INDEX_SQLITE, files_out[INDEX_SQLITE])
-        files_out.update(side.close())
-        side = None
+        files_out.update(side_files)
         if not options.energon_index:  # no index.sqlite: its UNIQUE constraint did not check the keys
             from energon_arrow.index.unique_keys import check_unique_keys  # imports DuckDB: only when needed
 
