@@ -304,7 +304,7 @@ def prepare_dataset(
             # is closed; an error of either waits for the other before it propagates
             finished = pool.submit(sqlite.finish) if sqlite is not None else None
             side_files = side.close()
-            side = None
+            side_tables, side = side.tables, None
             if finished is not None:
                 finished.result()
                 sqlite = None
@@ -333,7 +333,9 @@ def prepare_dataset(
             storage.publish_folder(META_DIR, files_out, keep_existing=True)
             from energon_arrow.loader.row_index import write_row_index
 
-            write_row_index(storage)  # the loader's memory-mapped rows: it opens a split in O(shards)
+            write_row_index(
+                storage, side_tables
+            )  # the loader's memory-mapped rows: a split opens in O(shards)
         else:
             upload.finish(INDEX_UUID, files_out[INDEX_UUID])
             upload = None

@@ -155,9 +155,10 @@ def open_row_index(
     raise LoaderError(f"{storage.url}: cannot write the loader's row index to {folders} ({last})")
 
 
-def write_row_index(storage: Storage) -> str:
+def write_row_index(storage: Storage, tables: dict[str, pa.Table] | None = None) -> str:
     """Build the row index of a local dataset prepared with a Parquet side index into `.nv-meta/arrow/loader/`
-    (prepare calls this after publishing the side index). Returns the folder."""
+    (prepare calls this after publishing the side index, with `tables`: the published samples and parts tables
+    when it still holds them, which saves reading them back). Returns the folder."""
     from energon_arrow.query.sideindex import load_side_index
 
     side = load_side_index(storage)
@@ -165,7 +166,7 @@ def write_row_index(storage: Storage) -> str:
         raise LoaderError(f"{storage.url}: the side index could not be published; no row index written")
     folder = storage.local_path(LOCAL_REL)
     counts = ints_to_numpy(side.tables["shards"].column("sample_count"))
-    tables = {k: v for k, v in side.tables.items() if k != "shards"}
+    tables = tables or {k: v for k, v in side.tables.items() if k != "shards"}
     with build_lock(folder):
         build_row_index(storage, counts, tables, folder, side_identity(storage, False))
     return folder
