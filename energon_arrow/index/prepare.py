@@ -333,9 +333,8 @@ def prepare_dataset(
             storage.publish_folder(META_DIR, files_out, keep_existing=True)
             from energon_arrow.loader.row_index import write_row_index
 
-            write_row_index(
-                storage, side_tables
-            )  # the loader's memory-mapped rows: a split opens in O(shards)
+            # the loader's memory-mapped rows (a split opens in O(shards)), from the tables still in memory
+            write_row_index(storage, side_tables)
         else:
             upload.finish(INDEX_UUID, files_out[INDEX_UUID])
             upload = None

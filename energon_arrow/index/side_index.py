@@ -66,14 +66,13 @@ class SideIndexWriter:
         self._summary: list[pa.Table] = []
         self._rows = {"samples": 0, "parts": 0}
         self._groups = 0
-        self.tables: dict[str, pa.Table] = {}  # the rows of the first group, while it is the only one
+        self.tables: dict[str, pa.Table] = {}  # the rows, when close() wrote them all as one group
 
     def _flush(self, force: bool = False) -> None:
         """Row groups of about 1M parts: one per shard would make small, slow-to-write groups."""
         if not force and self._pending_rows < _ROW_GROUP_ROWS:
             return
         self._groups += 1
-        self.tables = {}  # kept for the first group only: memory stays at one group
         tables = {
             name: pa.concat_tables(pending).combine_chunks()  # one dictionary of part names
             for name, pending in self._pending.items()
@@ -86,7 +85,7 @@ class SideIndexWriter:
             if "parts" in tables:  # whole shards: add_shard adds one shard's rows at a time
                 self._summary.append(summarize(tables["parts"]))
             written.result()
-        if self._groups == 1:
+        if force and self._groups == 1:  # close() of a side index written as one group: it is all here
             self.tables = tables
         self._pending = {"samples": [], "parts": []}
         self._pending_rows = 0
