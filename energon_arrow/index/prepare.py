@@ -32,9 +32,6 @@ from energon_arrow.adapters.publish import RemoteFolderUpload, private_prefix, r
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.resume import WORK_DIR, WorkFolder
-from energon_arrow.index.side_index import SIDE_INDEX_NAMES, SideIndexWriter, read_side_index
-from energon_arrow.index.sqlite_pages import IndexSqliteWriter
-from energon_arrow.index.sqlite_writer import DuplicateKeyError
 from energon_arrow.index.workers import default_workers, index_one, index_shards, write_tar_index
 from energon_arrow.meta import (
     DATASET_YAML,
@@ -142,7 +139,12 @@ def plan_prepare(storage, options: PrepareOptions) -> Plan:
             f"{storage.url}: no .tar shards found"
             + (f" (after --exclude {options.exclude!r})" if options.exclude else "")
         )
-    previous = None if options.force else read_side_index(storage)
+    if options.force:
+        previous = None
+    else:
+        from energon_arrow.index.side_index import read_side_index
+
+        previous = read_side_index(storage)
     reuse: dict[str, bool] = {}
     moved = []  # same size, other mtime/ETag: copied or uploaded shards are reused when their content is the same
     for f in shards:
@@ -265,13 +267,18 @@ def prepare_dataset(
     build = _build_dir(storage, options.tmp_path)
     side = scanned = sqlite = upload = None
     try:
-        if options.energon_index:
-            sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
-        side = SideIndexWriter(build, energon_index=options.energon_index)
         if indexer is None:
             scanned = index_shards(storage, plan.to_index, workers, work_entries=plan.work_entries)
         else:
             scanned = indexer(storage, plan.to_index, workers)
+        # imported once the first shards are being read: their imports (Parquet, SQLite: ~50 ms) overlap it
+        from energon_arrow.index.side_index import SIDE_INDEX_NAMES, SideIndexWriter
+        from energon_arrow.index.sqlite_pages import IndexSqliteWriter
+        from energon_arrow.index.sqlite_writer import DuplicateKeyError
+
+        if options.energon_index:
+            sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
+        side = SideIndexWriter(build, energon_index=options.energon_index)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
         for f, index in _shard_indexes(storage, plan, scanned, result):

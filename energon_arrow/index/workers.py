@@ -120,11 +120,21 @@ def index_shards(
     write_tar_idx: bool = True,
     work_entries: list[str] | None = None,
 ) -> Iterator[tuple[int, ShardIndex | TarFormatError]]:
-    """`work_entries[i]`: where the worker keeps shard i's rows for a resumed prepare (`resume.WorkFolder`)."""
+    """`work_entries[i]`: where the worker keeps shard i's rows for a resumed prepare (`resume.WorkFolder`).
+    The first shards are submitted before this returns, so that the caller's own set-up (imports, writers)
+    overlaps their reading; `close()` the iterator if it is not consumed to the end."""
+    scan = _scan(storage, shards, num_workers, write_tar_idx, work_entries)
+    next(scan, None)  # runs up to the submission of the first shards
+    return scan
+
+
+def _scan(storage, shards, num_workers, write_tar_idx, work_entries):
+    """index_shards' generator: yields None once the first shards are submitted, then the results."""
     if not shards:
         return
     entries = work_entries or [None] * len(shards)
     if num_workers <= 1 and storage.is_local:  # in-process
+        yield None
         for i, (rel, size) in enumerate(shards):
             yield i, index_one(storage, rel, size, write_tar_idx, entries[i])
         return
@@ -149,6 +159,7 @@ def index_shards(
             pending.append((i, submit(i, rel, size)))
             if len(pending) >= window:
                 break
+        yield None
         while pending:
             i, fut = pending.popleft()
             result = fut.result()
