@@ -449,12 +449,17 @@ class Storage:
         write_atomic(self, rel, data.encode() if isinstance(data, str) else data)
 
     def publish_folder(
-        self, rel_dir: str, files: Mapping[str, bytes | os.PathLike], keep_existing: bool = True
-    ):
+        self,
+        rel_dir: str,
+        files: Mapping[str, bytes | os.PathLike],
+        keep_existing: bool = True,
+        drop: Sequence[str] = (),
+        remove_old: bool = True,
+    ) -> str | None:
         """Replace the files of a folder as one set (see adapters.publish)."""
         from energon_arrow.adapters.publish import publish_folder
 
-        publish_folder(self, rel_dir, files, keep_existing=keep_existing)
+        return publish_folder(self, rel_dir, files, keep_existing, drop, remove_old)
 
 
 def _remove_local_tree(path: str) -> None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import posixpath
 import shutil
-import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -28,7 +29,8 @@ from typing import Protocol
 import pyarrow.compute as pc
 
 from energon_arrow.adapters import StorageError, open_storage
-from energon_arrow.adapters.publish import RemoteFolderUpload, private_prefix, remove_abandoned
+from energon_arrow.adapters.publish import RemoteFolderUpload
+from energon_arrow.index.build_dir import build_dir
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.resume import WORK_DIR, WorkFolder
@@ -210,32 +212,6 @@ def _meta_files(storage, options: PrepareOptions, counts, split, part_types) -> 
     return files
 
 
-_BUILD_PREFIX = ".nv-meta.build-"
-
-
-_TMP_BUILD_PREFIX = "energon-arrow-prepare-"
-
-
-def _build_dir(storage, tmp_path: str | None) -> str:
-    """A private folder for the new .nv-meta: beside the dataset for local roots (same filesystem, so the publish
-    is a rename), else in `tmp_path` or the system temp folder; named after this host and process so that a
-    later prepare can tell an abandoned one and remove it."""
-    if tmp_path or not storage.is_local:
-        parent = tmp_path or tempfile.gettempdir()
-        os.makedirs(parent, exist_ok=True)
-        remove_abandoned(parent, _TMP_BUILD_PREFIX)
-        return tempfile.mkdtemp(prefix=private_prefix(_TMP_BUILD_PREFIX), dir=parent)
-    root = storage.local_path("")
-    os.makedirs(root, exist_ok=True)
-    remove_abandoned_builds(root)
-    return tempfile.mkdtemp(prefix=private_prefix(_BUILD_PREFIX), dir=root)
-
-
-def remove_abandoned_builds(root: str) -> list[str]:
-    """Delete the build folders of prepares that were killed (SIGKILL cannot clean up). Returns their names."""
-    return remove_abandoned(root, _BUILD_PREFIX)
-
-
 def prepare_dataset(
     url,
     options: PrepareOptions | None = None,
@@ -264,8 +240,8 @@ def prepare_dataset(
     workers = max(1, min(workers, len(plan.to_index) or 1))
     if progress is not None:
         progress.start(len(plan.shards), sum(f.size for f in plan.shards))
-    build = _build_dir(storage, options.tmp_path)
-    side = scanned = sqlite = upload = None
+    build = build_dir(storage, options.tmp_path)
+    side = scanned = sqlite = upload = remover = None
     try:
         if indexer is None:
             scanned = index_shards(storage, plan.to_index, workers, work_entries=plan.work_entries)
@@ -337,9 +313,15 @@ def prepare_dataset(
         if not options.energon_index:  # an older index.sqlite would describe other rows
             storage.remove(f"{META_DIR}/{INDEX_SQLITE}")
         if upload is None:
-            storage.publish_folder(META_DIR, files_out, keep_existing=True)
-            from energon_arrow.loader.row_index import write_row_index
+            from energon_arrow.loader.row_index import LOCAL_REL, write_row_index
 
+            # the stale row index and this run's work entries are not carried over; the old set is deleted on a
+            # helper thread while the new row index is written (freeing its blocks is I/O, not CPU)
+            drop = [posixpath.relpath(p, META_DIR) for p in (LOCAL_REL, WORK_DIR)]
+            old = storage.publish_folder(META_DIR, files_out, keep_existing=True, drop=drop, remove_old=False)
+            if old is not None:
+                remover = threading.Thread(target=shutil.rmtree, args=(old, True), name="ea-remove-old")
+                remover.start()
             # the loader's memory-mapped rows (a split opens in O(shards)), from the tables still in memory
             write_row_index(storage, side_tables)
         else:
@@ -359,6 +341,8 @@ def prepare_dataset(
         if scanned is not None:
             scanned.close()
         shutil.rmtree(build, ignore_errors=True)
+        if remover is not None:
+            remover.join()
     result.seconds = time.perf_counter() - start
     return result
 

@@ -159,7 +159,7 @@ def test_sigkilled_prepare_leaves_old_index_and_the_next_run_removes_its_build_f
 def test_build_folders_of_live_processes_are_kept(dataset):
     import socket
 
-    from energon_arrow.index.prepare import remove_abandoned_builds
+    from energon_arrow.index.build_dir import remove_abandoned_builds
 
     live = os.path.join(dataset, f".nv-meta.build-{socket.gethostname()}-{os.getpid()}-abcd1234")
     os.makedirs(live)
