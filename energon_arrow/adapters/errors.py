@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
-import ssl
+import sys
 
 
 class StorageError(OSError):
@@ -154,8 +154,10 @@ def classify(exc: BaseException, url: str) -> StorageError:
         return AccessDenied(url, f"no usable S3 credentials ({detail})")
     if names & {"ProfileNotFound", "InvalidConfigError", "ParamValidationError"}:
         return InvalidStorageOptions(url, detail)
+    ssl = sys.modules.get("ssl")  # not imported: no TLS error can have been raised (saves ~10 ms of start-up)
     if any(
-        isinstance(e, ssl.SSLCertVerificationError) or "CertificateError" in type(e).__name__
+        (ssl is not None and isinstance(e, ssl.SSLCertVerificationError))
+        or "CertificateError" in type(e).__name__
         for e in _chain(exc)
     ):
         return StorageError(

@@ -12,7 +12,7 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from energon_arrow.adapters.errors import StorageError, TransientError, classify
 
@@ -77,23 +77,31 @@ def put_objects(storage, items: Mapping[str, bytes]) -> None:
 
 
 def publish_folder(
-    storage, rel_dir: str, files: Mapping[str, bytes | os.PathLike], keep_existing: bool = True
-):
+    storage,
+    rel_dir: str,
+    files: Mapping[str, bytes | os.PathLike],
+    keep_existing: bool = True,
+    drop: Sequence[str] = (),
+    remove_old: bool = True,
+) -> str | None:
     """Make `rel_dir` contain `files` (name -> bytes, or a local file to move in).
 
     Local: the new folder is assembled beside the old one and swapped in with one atomic rename
     (renameat2 RENAME_EXCHANGE where the kernel has it), so readers see the old set or the new set.
-    With `keep_existing`, files of the old folder that are not in `files` are carried over (user edits).
-    Object stores have no multi-object transaction: each file is one PUT; all but the mapping's last file are
+    With `keep_existing`, files of the old folder that are not in `files` are carried over (user edits), but for
+    the paths in `drop` (relative to `rel_dir`, files or folders). The old set is then deleted, or with
+    `remove_old=False` left under its private staging name (no reader sees it; `remove_abandoned` takes it if
+    this process dies) and its path returned, for the caller to delete while it goes on (freeing many blocks
+    takes milliseconds per file on some disks). Object stores have no multi-object transaction: each file is one PUT; all but the mapping's last file are
     sent concurrently and the last one only after they all succeeded, so callers put the file that marks a
     complete set last.
     """
     for fname in files:
         _check_name(storage, rel_dir, fname)
     if storage.is_local:
-        _publish_local(storage, rel_dir, files, keep_existing)
-    else:
-        _publish_remote(storage, rel_dir, files, keep_existing)
+        return _publish_local(storage, rel_dir, files, keep_existing, set(drop), remove_old)
+    _publish_remote(storage, rel_dir, files, keep_existing)
+    return None
 
 
 def _check_name(storage, rel_dir: str, fname: str) -> None:
@@ -102,7 +110,7 @@ def _check_name(storage, rel_dir: str, fname: str) -> None:
         raise StorageError(storage.url_of(rel_dir), f"cannot publish {fname!r}: names must be relative paths")
 
 
-def _publish_local(storage, rel_dir, files, keep_existing):
+def _publish_local(storage, rel_dir, files, keep_existing, drop, remove_old):
     target = storage.path_of(rel_dir).rstrip("/")
     parent, name = os.path.split(target)
     staging = os.path.join(parent, private_prefix(f".{name}.staging-") + uuid.uuid4().hex[:12])
@@ -114,7 +122,11 @@ def _publish_local(storage, rel_dir, files, keep_existing):
                 target,
                 staging,
                 copy_function=_link_or_copy,
-                ignore=lambda d, names: [n for n in names if d == target and n in files],
+                ignore=lambda d, names: [
+                    n
+                    for n in names
+                    if (d == target and n in files) or os.path.relpath(os.path.join(d, n), target) in drop
+                ],
             )
         else:
             os.makedirs(staging)
@@ -130,8 +142,9 @@ def _publish_local(storage, rel_dir, files, keep_existing):
                     os.fsync(f.fileno())
             else:
                 shutil.move(os.fspath(content), dest)
-        _swap_in(staging, target)
+        old = _swap_in(staging, target, remove_old)
         _fsync_dir(parent)
+        return old
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise classify(exc, storage.url_of(rel_dir)) from None
@@ -195,17 +208,21 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def _swap_in(staging: str, target: str) -> None:
+def _swap_in(staging: str, target: str, remove_old: bool = True) -> str | None:
+    """Put `staging` in the place of `target`; the old set is deleted, or its path returned (`remove_old`)."""
     if not os.path.exists(target):
         os.rename(staging, target)
-        return
+        return None
     if _rename_exchange(staging, target):
-        shutil.rmtree(staging, ignore_errors=True)  # staging now holds the old set
-        return
-    old = f"{staging}.old"
-    os.rename(target, old)
-    os.rename(staging, target)
+        old = staging  # staging now holds the old set
+    else:
+        old = f"{staging}.old"
+        os.rename(target, old)
+        os.rename(staging, target)
+    if not remove_old:
+        return old
     shutil.rmtree(old, ignore_errors=True)
+    return None
 
 
 def _rename_exchange(a: str, b: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,11 +93,14 @@ class Storage:
         self.range_gap, self.max_fetch = (
             self.LOCAL_COALESCING if self.is_local or self.protocol == "memory" else self.REMOTE_COALESCING
         )
-        _ = self.fs  # construct now so that bad options fail at open time
+        if not (self.is_local and not raw):  # local files without options: plain os calls, no fsspec import
+            _ = self.fs  # construct now so that bad options fail at open time
 
     # ---- construction -------------------------------------------------------------------------------------
     def _validate(self, raw: dict[str, Any]) -> dict[str, Any]:
         p = self._parsed
+        if p.is_local and not raw:
+            return raw
         if p.protocol == "s3":
             if not p.path:
                 raise StorageError(self.url, "an S3 URL needs a bucket: s3://bucket/prefix")
@@ -265,9 +269,13 @@ class Storage:
 
     # ---- metadata -----------------------------------------------------------------------------------------
     def exists(self, rel: str = "") -> bool:
+        if self.is_local:
+            return os.path.exists(self.path_of(rel))
         return self._call(rel, lambda: self.fs.exists(self.path_of(rel)))
 
     def isdir(self, rel: str = "") -> bool:
+        if self.is_local:
+            return os.path.isdir(self.path_of(rel))
         return self._call(rel, lambda: self.fs.isdir(self.path_of(rel)))
 
     def stat(self, rel: str) -> FileInfo:
@@ -406,6 +414,9 @@ class Storage:
 
     # ---- writes -------------------------------------------------------------------------------------------
     def makedirs(self, rel: str = "") -> None:
+        if self.is_local:
+            self._call(rel, lambda: os.makedirs(self.path_of(rel), exist_ok=True))
+            return
         self._call(rel, lambda: self.fs.makedirs(self.path_of(rel), exist_ok=True))
 
     def remove(self, rel: str, recursive: bool = False) -> None:
@@ -413,10 +424,12 @@ class Storage:
         path = self.path_of(rel)
         if not recursive:
             with contextlib.suppress(NotFound):
-                self._call(rel, lambda: self.fs.rm_file(path))
+                self._call(rel, lambda: os.remove(path) if self.is_local else self.fs.rm_file(path))
             return
         try:
-            self._call(rel, lambda: self.fs.rm(path, recursive=True))
+            self._call(
+                rel, lambda: _remove_local_tree(path) if self.is_local else self.fs.rm(path, recursive=True)
+            )
         except NotFound:
             return
         if not self.is_local:  # s3fs's bulk delete drops per-key errors: check that nothing is left
@@ -436,12 +449,25 @@ class Storage:
         write_atomic(self, rel, data.encode() if isinstance(data, str) else data)
 
     def publish_folder(
-        self, rel_dir: str, files: Mapping[str, bytes | os.PathLike], keep_existing: bool = True
-    ):
+        self,
+        rel_dir: str,
+        files: Mapping[str, bytes | os.PathLike],
+        keep_existing: bool = True,
+        drop: Sequence[str] = (),
+        remove_old: bool = True,
+    ) -> str | None:
         """Replace the files of a folder as one set (see adapters.publish)."""
         from energon_arrow.adapters.publish import publish_folder
 
-        publish_folder(self, rel_dir, files, keep_existing=keep_existing)
+        return publish_folder(self, rel_dir, files, keep_existing, drop, remove_old)
+
+
+def _remove_local_tree(path: str) -> None:
+    """A local folder with its contents, or a file (fsspec's LocalFileSystem.rm with recursive=True)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
 
 
 def open_storage(

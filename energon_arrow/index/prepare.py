@@ -15,9 +15,11 @@ out and reported in `PrepareResult.bad_shards`.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
+import posixpath
 import shutil
-import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,13 +29,11 @@ from typing import Protocol
 import pyarrow.compute as pc
 
 from energon_arrow.adapters import StorageError, open_storage
-from energon_arrow.adapters.publish import RemoteFolderUpload, private_prefix, remove_abandoned
+from energon_arrow.adapters.publish import RemoteFolderUpload
+from energon_arrow.index.build_dir import build_dir
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.resume import WORK_DIR, WorkFolder
-from energon_arrow.index.side_index import SIDE_INDEX_NAMES, SideIndexWriter, read_side_index
-from energon_arrow.index.sqlite_pages import IndexSqliteWriter
-from energon_arrow.index.sqlite_writer import DuplicateKeyError
 from energon_arrow.index.workers import default_workers, index_one, index_shards, write_tar_index
 from energon_arrow.meta import (
     DATASET_YAML,
@@ -141,7 +141,12 @@ def plan_prepare(storage, options: PrepareOptions) -> Plan:
             f"{storage.url}: no .tar shards found"
             + (f" (after --exclude {options.exclude!r})" if options.exclude else "")
         )
-    previous = None if options.force else read_side_index(storage)
+    if options.force:
+        previous = None
+    else:
+        from energon_arrow.index.side_index import read_side_index
+
+        previous = read_side_index(storage)
     reuse: dict[str, bool] = {}
     moved = []  # same size, other mtime/ETag: copied or uploaded shards are reused when their content is the same
     for f in shards:
@@ -207,32 +212,6 @@ def _meta_files(storage, options: PrepareOptions, counts, split, part_types) -> 
     return files
 
 
-_BUILD_PREFIX = ".nv-meta.build-"
-
-
-_TMP_BUILD_PREFIX = "energon-arrow-prepare-"
-
-
-def _build_dir(storage, tmp_path: str | None) -> str:
-    """A private folder for the new .nv-meta: beside the dataset for local roots (same filesystem, so the publish
-    is a rename), else in `tmp_path` or the system temp folder; named after this host and process so that a
-    later prepare can tell an abandoned one and remove it."""
-    if tmp_path or not storage.is_local:
-        parent = tmp_path or tempfile.gettempdir()
-        os.makedirs(parent, exist_ok=True)
-        remove_abandoned(parent, _TMP_BUILD_PREFIX)
-        return tempfile.mkdtemp(prefix=private_prefix(_TMP_BUILD_PREFIX), dir=parent)
-    root = storage.local_path("")
-    os.makedirs(root, exist_ok=True)
-    remove_abandoned_builds(root)
-    return tempfile.mkdtemp(prefix=private_prefix(_BUILD_PREFIX), dir=root)
-
-
-def remove_abandoned_builds(root: str) -> list[str]:
-    """Delete the build folders of prepares that were killed (SIGKILL cannot clean up). Returns their names."""
-    return remove_abandoned(root, _BUILD_PREFIX)
-
-
 def prepare_dataset(
     url,
     options: PrepareOptions | None = None,
@@ -261,16 +240,21 @@ def prepare_dataset(
     workers = max(1, min(workers, len(plan.to_index) or 1))
     if progress is not None:
         progress.start(len(plan.shards), sum(f.size for f in plan.shards))
-    build = _build_dir(storage, options.tmp_path)
-    side = scanned = sqlite = upload = None
+    build = build_dir(storage, options.tmp_path)
+    side = scanned = sqlite = upload = remover = None
     try:
-        if options.energon_index:
-            sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
-        side = SideIndexWriter(build, energon_index=options.energon_index)
         if indexer is None:
             scanned = index_shards(storage, plan.to_index, workers, work_entries=plan.work_entries)
         else:
             scanned = indexer(storage, plan.to_index, workers)
+        # imported once the first shards are being read: their imports (Parquet, SQLite: ~50 ms) overlap it
+        from energon_arrow.index.side_index import SIDE_INDEX_NAMES, SideIndexWriter
+        from energon_arrow.index.sqlite_pages import IndexSqliteWriter
+        from energon_arrow.index.sqlite_writer import DuplicateKeyError
+
+        if options.energon_index:
+            sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
+        side = SideIndexWriter(build, energon_index=options.energon_index)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
         for f, index in _shard_indexes(storage, plan, scanned, result):
@@ -298,16 +282,21 @@ def prepare_dataset(
         split = _split(list(counts), options, result)
         small = _meta_files(storage, options, counts, split, part_types)  # may raise: before any write
         files_out: dict[str, object] = {}
-        if sqlite is not None:
-            sqlite.finish()
-            sqlite = None
-            files_out[INDEX_SQLITE] = os.path.join(build, INDEX_SQLITE)
+        with cf.ThreadPoolExecutor(1, thread_name_prefix="ea-sqlite") as pool:
+            # index.sqlite's last pages and SQLite's check of the file (the GIL released) while the side index
+            # is closed; an error of either waits for the other before it propagates
+            finished = pool.submit(sqlite.finish) if sqlite is not None else None
+            side_files = side.close()
+            side_tables, side = side.tables, None
+            if finished is not None:
+                finished.result()
+                sqlite = None
+                files_out[INDEX_SQLITE] = os.path.join(build, INDEX_SQLITE)
         if not storage.is_local:  # the largest file goes up while the rest is written; the marker last
             upload = RemoteFolderUpload(storage, META_DIR)
             if INDEX_SQLITE in files_out:
                 upload.add(INDEX_SQLITE, files_out[INDEX_SQLITE])
-        files_out.update(side.close())
-        side = None
+        files_out.update(side_files)
         if not options.energon_index:  # no index.sqlite: its UNIQUE constraint did not check the keys
             from energon_arrow.index.unique_keys import check_unique_keys  # imports DuckDB: only when needed
 
@@ -324,10 +313,17 @@ def prepare_dataset(
         if not options.energon_index:  # an older index.sqlite would describe other rows
             storage.remove(f"{META_DIR}/{INDEX_SQLITE}")
         if upload is None:
-            storage.publish_folder(META_DIR, files_out, keep_existing=True)
-            from energon_arrow.loader.row_index import write_row_index
+            from energon_arrow.loader.row_index import LOCAL_REL, write_row_index
 
-            write_row_index(storage)  # the loader's memory-mapped rows: it opens a split in O(shards)
+            # the stale row index and this run's work entries are not carried over; the old set is deleted on a
+            # helper thread while the new row index is written (freeing its blocks is I/O, not CPU)
+            drop = [posixpath.relpath(p, META_DIR) for p in (LOCAL_REL, WORK_DIR)]
+            old = storage.publish_folder(META_DIR, files_out, keep_existing=True, drop=drop, remove_old=False)
+            if old is not None:
+                remover = threading.Thread(target=shutil.rmtree, args=(old, True), name="ea-remove-old")
+                remover.start()
+            # the loader's memory-mapped rows (a split opens in O(shards)), from the tables still in memory
+            write_row_index(storage, side_tables)
         else:
             upload.finish(INDEX_UUID, files_out[INDEX_UUID])
             upload = None
@@ -345,6 +341,8 @@ def prepare_dataset(
         if scanned is not None:
             scanned.close()
         shutil.rmtree(build, ignore_errors=True)
+        if remover is not None:
+            remover.join()
     result.seconds = time.perf_counter() - start
     return result
 

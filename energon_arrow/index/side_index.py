@@ -3,13 +3,16 @@
 - `SideIndexWriter(folder)`: streaming writers for `shards.parquet`, `samples.parquet`, `parts.parquet` and their
   summary `summary.parquet` (`index.summary`, computed from each flushed group of whole shards);
   `.add_shard(shard_id, path, size, mtime, etag, index)` appends one shard (rows stay in shard_id order when shards are
-  added in that order), `.close() -> {relative name: local path}` for `Storage.publish_folder`.
+  added in that order), `.close() -> {relative name: local path}` for `Storage.publish_folder`; after `close`,
+  `.tables` holds the samples and parts tables when they were written as one group (else {}), so that the
+  loader's row index is built without reading them back.
 - `read_side_index(storage) -> SideIndex | None`: the previous side index of a dataset (None when absent), with
   `.shard_rows(path)` giving back an indexed shard's rows (for incremental prepare).
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import os
 
@@ -64,20 +67,35 @@ class SideIndexWriter:
         self._pending_rows = 0
         self._summary: list[pa.Table] = []
         self._rows = {"samples": 0, "parts": 0}
+        self._groups = 0
+        self.tables: dict[str, pa.Table] = {}  # the rows, when close() wrote them all as one group
 
     def _flush(self, force: bool = False) -> None:
         """Row groups of about 1M parts: one per shard would make small, slow-to-write groups."""
         if not force and self._pending_rows < _ROW_GROUP_ROWS:
             return
-        for name, writer in (("samples", self._samples), ("parts", self._parts)):
-            if self._pending[name]:
-                table = pa.concat_tables(self._pending[name])
-                writer.write_table(table, row_group_size=1 << 22)
-                self._rows[name] += table.num_rows
-                if name == "parts":  # whole shards: add_shard adds one shard's rows at a time
-                    self._summary.append(summarize(table))
-                self._pending[name] = []
+        self._groups += 1
+        tables = {
+            name: pa.concat_tables(pending).combine_chunks()  # one dictionary of part names
+            for name, pending in self._pending.items()
+            if pending
+        }
+        # the two files are written at once (Parquet encoding and zstd release the GIL), the summary meanwhile
+        with cf.ThreadPoolExecutor(1, thread_name_prefix="ea-side-index") as pool:
+            written = pool.submit(self._write, "samples", tables.get("samples"))
+            self._write("parts", tables.get("parts"))
+            if "parts" in tables:  # whole shards: add_shard adds one shard's rows at a time
+                self._summary.append(summarize(tables["parts"]))
+            written.result()
+        if force and self._groups == 1:  # close() of a side index written as one group: it is all here
+            self.tables = tables
+        self._pending = {"samples": [], "parts": []}
         self._pending_rows = 0
+
+    def _write(self, name: str, table: pa.Table | None) -> None:
+        if table is not None:
+            (self._samples if name == "samples" else self._parts).write_table(table, row_group_size=1 << 22)
+            self._rows[name] += table.num_rows
 
     def add_shard(self, shard_id: int, path: str, size: int, mtime, etag, index: ShardIndex) -> None:
         n, m = index.sample_count, index.part_count

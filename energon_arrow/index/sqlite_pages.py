@@ -86,6 +86,8 @@ class IndexPagesWriter:
         try:
             if page_size:
                 db.execute(f"PRAGMA page_size = {int(page_size)}")
+            for pragma in ("PRAGMA journal_mode = OFF", "PRAGMA synchronous = OFF"):  # a private new file
+                db.execute(pragma)
             create_schema(db)
             roots = dict(db.execute("SELECT name, rootpage FROM sqlite_schema"))
             self.page_size = db.execute("PRAGMA page_size").fetchone()[0]

@@ -87,9 +87,12 @@ _FAST_PRAGMAS = (
 def create_schema(db) -> None:
     """energon's tables and indexes (no-ops where they exist). energon creates its indexes after the inserts;
     here rows arrive in index order (tar_file_id, sample_index, offset), so maintaining them while merging costs
-    little and overlaps with the reading."""
+    little and overlaps with the reading. One transaction (`db` in autocommit mode): five would each commit, and
+    without `synchronous = OFF` sync, the new file (~50 ms)."""
+    db.execute("BEGIN")
     for ddl in (SAMPLES_DDL, PARTS_DDL, *INDEX_DDL):
         db.execute(ddl)
+    db.execute("COMMIT")
 
 
 class IndexSqliteBuilder:
@@ -97,7 +100,8 @@ class IndexSqliteBuilder:
     energon's schema and rows (`names`: tar_file_id -> shard of those rows, for duplicate-key errors)."""
 
     def __init__(self, path: str, names: dict[int, str] | None = None):
-        self.db = sqlite3.connect(path, isolation_level=None)
+        # check_same_thread: prepare finishes (closes) it on a helper thread, never two threads at once
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode = MEMORY")  # a shard with a duplicate key is rolled back
         for pragma in _FAST_PRAGMAS:
             self.db.execute(pragma)

@@ -47,7 +47,7 @@ def summarize(parts: pa.Table) -> pa.Table:
     ids = ints_to_numpy(parts.column("shard_id").combine_chunks()).astype(np.int64)
     index = ints_to_numpy(parts.column("sample_index").combine_chunks())
     sizes = ints_to_numpy(parts.column("content_size").combine_chunks()).astype(np.int64)
-    names = pc.dictionary_encode(parts.column("part_name").cast(pa.string()).combine_chunks())
+    names = _dictionary(parts.column("part_name").combine_chunks())
     codes = ints_to_numpy(names.indices).astype(np.int64)
     width = len(names.dictionary)
     new_shard = np.empty(len(ids), bool)
@@ -65,9 +65,11 @@ def summarize(parts: pa.Table) -> pa.Table:
     high = np.zeros(size, np.int64)
     np.maximum.at(high, group, sizes)
     # distinct (sample, part name) pairs: the sample rank is nondecreasing, so sorting rank * width + code
-    # only reorders within samples (a sort, not np.unique: numpy 2's hash path is much slower here)
+    # only reorders within samples (a sort, not np.unique: numpy 2's hash path is much slower here). A stable
+    # sort (timsort) takes ascending runs as they are: parts in the order of the name codes (first appearance),
+    # the usual case, cost one pass (~0.1 ms against ~10 ms for 192k parts)
     pairs = (np.cumsum(new_sample) - 1) * width + codes
-    pairs.sort()
+    pairs.sort(kind="stable")
     first = np.empty(len(pairs), bool)
     first[0] = True
     np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
@@ -88,6 +90,18 @@ def summarize(parts: pa.Table) -> pa.Table:
         schema=SUMMARY_SCHEMA,
     )
     return out.sort_by([("shard_id", "ascending"), ("part_name", "ascending")])
+
+
+def _dictionary(names: pa.Array) -> pa.DictionaryArray:
+    """Part names as a dictionary array with distinct dictionary values: a side index's own dictionary column
+    as it is (no decode and encode again of every name), anything else encoded."""
+    if (
+        pa.types.is_dictionary(names.type)
+        and names.type.value_type == pa.string()
+        and len(pc.unique(names.dictionary)) == len(names.dictionary)
+    ):
+        return names
+    return pc.dictionary_encode(names.cast(pa.string()))
 
 
 def summarize_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:

@@ -11,6 +11,11 @@ Two ways to find the chain of headers, both without per-member Python:
   those pointers. Windows bound memory and let huge payloads be jumped over without touching their pages.
 The names, checksums and offsets of the chain's headers are then gathered at once.
 
+With the compiled module `energon_arrow.tar._headers` (kernels/headers.c), `scan_members_fast` first walks
+the chain in C, one header after the other (~0.1 ms instead of ~2.5 ms for a shard of 3,000 small members, the
+checksum sums most of it: the bulk of a local prepare's worker time); where that walk declines, the vectorised
+walks run as before.
+
 `scan_members_fast(arr) -> Members | None` (and `scan_windows_fast` for a shard that arrives window by
 window) handles the plain shards writers produce (USTAR/GNU headers of
 types '0', '7', links, devices, directories, fifos; no extension headers, no prefix field, octal sizes). It returns
@@ -25,6 +30,11 @@ import pyarrow as pa
 
 from energon_arrow.tar.header import BLOCK, bad_checksums
 from energon_arrow.tar.scanner import Members
+
+try:
+    from energon_arrow.tar import _headers as _native
+except ImportError:  # built without a C compiler: the vectorised walks only
+    _native = None
 
 _WINDOW_BLOCKS = 1 << 17  # 64 MiB of file per vectorised window
 _REGULAR, _NO_DATA = 1, 2
@@ -119,7 +129,24 @@ def _names(names: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+def _native_members(arr: np.ndarray) -> Members | None:
+    """The compiled walk (module docstring): the same Members for the plain shards it accepts, else None."""
+    found = _native.walk(arr)
+    if found is None:
+        return None
+    starts, sizes, name_offsets, names, end_block = found
+    start = np.frombuffer(starts, np.int64)
+    name_array = pa.Array.from_buffers(
+        pa.binary(), len(start), [None, pa.py_buffer(name_offsets), pa.py_buffer(names)]
+    )
+    return Members(start, start + BLOCK, np.frombuffer(sizes, np.int64), name_array, end_block * BLOCK)
+
+
 def scan_members_fast(arr: np.ndarray) -> Members | None:
+    if _native is not None:
+        found = _native_members(arr)
+        if found is not None:
+            return found
     size = len(arr)
     nb = size // BLOCK
     if nb == 0 or arr[0] == 0x1F:

@@ -171,14 +171,22 @@ def test_publish_moves_local_files_into_any_store(any_storage, tmp_path, monkeyp
     assert any_storage.read_bytes("meta/info.json") == b"{}"  # nothing of the failed set was written
 
 
-def test_local_publish_without_rename_exchange(tmp_path, monkeypatch):
+@pytest.mark.parametrize("exchange", [True, False])
+def test_local_publish_without_rename_exchange_and_with_the_old_set_left_to_the_caller(
+    tmp_path, monkeypatch, exchange
+):
     from energon_arrow.adapters import publish
 
-    monkeypatch.setattr(publish, "_rename_exchange", lambda a, b: False)  # kernels/filesystems without it
+    if not exchange:
+        monkeypatch.setattr(publish, "_rename_exchange", lambda a, b: False)  # kernels/filesystems without it
     store = open_storage(str(tmp_path))
-    store.publish_folder("m", {"a": b"1"})
+    assert store.publish_folder("m", {"a": b"1"}) is None
     store.publish_folder("m", {"a": b"2"})
     assert store.read_bytes("m/a") == b"2" and sorted(os.listdir(tmp_path)) == ["m"]
+    store.publish_folder("m", {"d/x": b"x", "d/y": b"y", "e/z": b"z", "keep": b"k"})
+    old = store.publish_folder("m", {"a": b"3"}, drop=["d/x", "e"], remove_old=False)
+    assert sorted(os.listdir(old)) == ["a", "d", "e", "keep"] and open_storage(old).read_bytes("a") == b"2"
+    assert store.list_files("m/**") == ["m/a", "m/d/y", "m/keep"] and store.read_bytes("m/a") == b"3"
 
 
 def test_stream_wrapped_in_a_buffered_reader_seeks_forward(any_storage):

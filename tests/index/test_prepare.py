@@ -159,7 +159,7 @@ def test_sigkilled_prepare_leaves_old_index_and_the_next_run_removes_its_build_f
 def test_build_folders_of_live_processes_are_kept(dataset):
     import socket
 
-    from energon_arrow.index.prepare import remove_abandoned_builds
+    from energon_arrow.index.build_dir import remove_abandoned_builds
 
     live = os.path.join(dataset, f".nv-meta.build-{socket.gethostname()}-{os.getpid()}-abcd1234")
     os.makedirs(live)
@@ -225,6 +225,31 @@ def test_parquet_row_order(dataset):
     parts = pq.read_table(os.path.join(meta, "parts.parquet")).to_pydict()
     triples = list(zip(parts["shard_id"], parts["sample_index"], parts["content_offset"]))
     assert triples == sorted(triples)
+
+
+def test_row_index_and_side_index_the_same_in_one_group_or_many(dataset, monkeypatch):
+    """One group: the row index is built from the tables in memory; several: from the files read back."""
+    from energon_arrow.index import side_index
+    from energon_arrow.loader.row_index import LOCAL_REL
+
+    def outputs() -> dict:
+        meta = _meta(dataset)
+        tables = {
+            n: pq.read_table(os.path.join(dataset, ".nv-meta", "arrow", f"{n}.parquet"))
+            for n in ("samples", "parts")
+        }
+        rows = {
+            k: v for k, v in meta.items() if k.startswith(LOCAL_REL.split("/", 1)[1]) and "manifest" not in k
+        }
+        return {**{n: t.to_pydict() for n, t in tables.items()}, **rows}
+
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, num_workers=2))
+    one = outputs()
+    monkeypatch.setattr(side_index, "_ROW_GROUP_ROWS", 20)  # 21 parts a shard: a group per shard
+    prepare_dataset(dataset, PrepareOptions(split_ratio=RATIO, num_workers=2, force=True))
+    assert pq.ParquetFile(os.path.join(dataset, ".nv-meta", "arrow", "parts.parquet")).num_row_groups > 1
+    many = outputs()
+    assert len([k for k in one if k.endswith(".npy")]) == 6 and one == many
 
 
 @pytest.mark.s3

@@ -70,6 +70,7 @@ def build_asan_copy(dest: str) -> str:
     for module, sources in (
         ("tokens/_kernels", sorted(glob.glob(os.path.join(pkg, "tokens", "kernels", "*.c")))),
         ("index/_sqlite_pages", [os.path.join(pkg, "index", "kernels", "sqlite_pages.c")]),
+        ("tar/_headers", [os.path.join(pkg, "tar", "kernels", "headers.c")]),
     ):
         out = os.path.join(pkg, module + suffix)
         subprocess.run(["gcc", *flags, f"-I{include}", *sources, "-o", out], check=True, capture_output=True)
@@ -79,7 +80,7 @@ def build_asan_copy(dest: str) -> str:
 @pytest.mark.skipif(
     not os.environ.get("EA_FUZZ_ASAN"), reason="set EA_FUZZ_ASAN=1 for the AddressSanitizer run"
 )
-@pytest.mark.parametrize("target", ["kernels", "page_writer", "idx_bin"])
+@pytest.mark.parametrize("target", ["kernels", "page_writer", "idx_bin", "tar"])
 def test_fuzz_c_extensions_under_asan(target, tmp_path):
     libasan = subprocess.run(
         ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True

@@ -6,7 +6,7 @@ import pytest
 from energon_arrow.adapters import open_storage
 from energon_arrow.tar import TarFormatError, build_shard_index, index_shard, scan_members, scan_members_fast
 from energon_arrow.testing.synthetic import shard_bytes
-from tests.tar.edge_tars import build_tar, edge_tar, energon_view, gzipped, our_view
+from tests.tar.edge_tars import EDGE_MEMBERS, build_tar, edge_tar, energon_view, gzipped, our_view
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -67,6 +67,58 @@ def test_fast_walk_falls_back_from_magic_chain_on_lookalikes_and_v7_headers(stor
         assert fast is not None
         assert our_view(build_shard_index(fast, "x")) == energon_view(data)
         assert our_view(_index(store, data)) == energon_view(data)
+
+
+def test_compiled_walk_matches_the_vectorised_walk(monkeypatch):
+    """The C header walk gives the members of the vectorised walk (or of the general walk) for the plain shards it
+    accepts, and declines the rest."""
+    import dataclasses
+
+    from energon_arrow.tar import fastscan
+
+    if fastscan._native is None:
+        pytest.skip("energon_arrow.tar._headers is not built")
+    plain = shard_bytes(0, 20, 300)
+    end = energon_view(plain)[0][-1]
+    v7 = bytearray(build_tar([("a.txt", b"1" * 600), ("b.txt", b"2")], tarfile.USTAR_FORMAT))
+    v7[512 * 3 + 257 : 512 * 3 + 265] = bytes(8)  # no "ustar" magic
+    _with_header_checksum(v7, 512 * 3)
+    seven = bytearray(plain)
+    seven[148:156] = b" " * 8
+    seven[148:156] = b"%07o\0" % sum(seven[:512])  # the other usual checksum form
+    signed = bytearray(plain)
+    signed[100] = 0x90  # a mode byte >= 0x80: the signed sum differs from the unsigned one
+    signed[148:156] = b" " * 8
+    signed[148:156] = b"%06o\0 " % (sum(signed[:512]) - 256)
+    ustar = build_tar([m for m in EDGE_MEMBERS if len(m[0]) < 100], tarfile.USTAR_FORMAT)
+    accepted = {
+        "plain": plain,
+        "no EOF marker": plain[:end],
+        "v7": bytes(v7),
+        "seven-digit checksum": bytes(seven),
+        "ustar with dirs and links": ustar,
+        "data after the EOF blocks": plain + b"\1" * 512,
+    }
+    dirty_eof = plain[: end + 10] + b"\1" + plain[end + 11 :]
+    declined = {
+        "pax": edge_tar(tarfile.PAX_FORMAT),
+        "gnu": edge_tar(tarfile.GNU_FORMAT),
+        "signed checksum": bytes(signed),
+        "truncated": plain[:700],
+        "a non-zero EOF block": dirty_eof,
+        "empty tar": bytes(10240),
+    }
+    for name, data in {**accepted, **declined}.items():
+        arr = np.frombuffer(data, np.uint8)
+        native = fastscan._native_members(arr)
+        with monkeypatch.context() as m:
+            m.setattr(fastscan, "_native", None)
+            vectorised = scan_members_fast(arr)
+        assert (native is not None) == (name in accepted), name
+        if native is not None:  # v7: the magic chain ends at the magic-less header, the general walk reads it
+            reference = vectorised or scan_members(lambda o, n, d=data: d[o : o + n], len(data), name)
+            for a, b in zip(dataclasses.astuple(native), dataclasses.astuple(reference)):
+                assert a.equals(b) if hasattr(a, "equals") else np.array_equal(a, b), name
 
 
 def test_ustar_prefix_global_pax_and_no_eof_marker(store):
