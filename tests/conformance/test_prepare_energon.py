@@ -14,8 +14,8 @@ import yaml
 
 from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.meta import expand_braces, field_map_dataset, parse_split_parts, parse_split_ratio
-from energon_arrow.testing.reference import energon_in_process
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.reference import energon_in_process
 from tests.tar.edge_tars import LONG_DIR, edge_tar
 
 pytestmark = pytest.mark.conformance
