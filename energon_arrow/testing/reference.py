@@ -28,9 +28,16 @@ def energon_prepare(
 ) -> None:
     """`energon prepare ROOT` non-interactively with a ratio split and a field-map dataset.yaml (default:
     CaptioningSample with image <- jpg, caption <- txt)."""
+    energon_cli(*prepare_args(root, split_ratio, sample_type, field_map))
+
+
+def prepare_args(
+    root: str, split_ratio: str = "3,1,0", sample_type: str = "CaptioningSample", field_map: str | None = None
+) -> list[str]:
+    """The `energon prepare` arguments of `energon_prepare`."""
     if field_map is None:
         field_map = '{"image": "jpg", "caption": "txt"}'
-    energon_cli(
+    return [
         "prepare", root, "--non-interactive", "--split-ratio", split_ratio, "--no-progress",
         "--sample-type", sample_type, "--field-map", field_map,
-    )  # fmt: skip
+    ]  # fmt: skip

@@ -22,6 +22,9 @@ READER_KEY = "energon-arrow-reader"
 READER_SECRET = "energon-arrow-reader-secret"
 
 
+MASTER_TOML = "[master.volume_growth]\ncopy_1 = 1\n"
+
+
 def iam_config() -> dict:
     """The `-s3.config` identities file content used with `start_seaweedfs(iam=True)`."""
     return {
@@ -158,6 +161,10 @@ def start_seaweedfs(timeout: float = 60.0, iam: bool = False, max_volumes: int =
     data_dir = tempfile.mkdtemp(prefix="ea-seaweed-")
     master, volume, filer, s3, iceberg, lance = free_ports(6)
     log_path = os.path.join(data_dir, "weed.log")
+    # weed reads master.toml from its working directory: one volume per new bucket (collection) instead of 7,
+    # so that the 16 volumes of -volume.max hold 16 buckets with objects, not 2 and a part
+    with open(os.path.join(data_dir, "master.toml"), "w") as f:
+        f.write(MASTER_TOML)
     extra = []
     if iam:
         config_path = os.path.join(data_dir, "s3-identities.json")
@@ -184,7 +191,12 @@ def start_seaweedfs(timeout: float = 60.0, iam: bool = False, max_volumes: int =
     ]
     with open(log_path, "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            cmd,
+            cwd=data_dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     ports = {"master": master, "volume": volume, "filer": filer, "s3": s3}
     server = SeaweedS3(f"http://127.0.0.1:{s3}", s3, proc, data_dir, log_path, ports)

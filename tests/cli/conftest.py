@@ -8,7 +8,7 @@ import pytest
 
 from energon_arrow.cli.main import main
 from energon_arrow.testing.lint_data import write_lint_webdataset
-from energon_arrow.testing.reference import energon_prepare
+from tests.reference import energon_prepare
 
 # shard 0 sample 3: a JPEG cut short; shard 1 sample 5: JSON with a syntax error
 BROKEN = {(0, 3): "jpg", (1, 5): "json"}

@@ -23,8 +23,8 @@ from megatron.energon import av as ref_av  # noqa: E402
 import energon_arrow as ea  # noqa: E402
 from energon_arrow import av as ours_av  # noqa: E402
 from energon_arrow.testing.media import audio_bytes, video_bytes  # noqa: E402
-from energon_arrow.testing.reference import energon_prepare  # noqa: E402
 from energon_arrow.testing.synthetic import tar_of_samples  # noqa: E402
+from tests.reference import energon_prepare  # noqa: E402
 
 INF = float("inf")
 # (media kind, audio sample rate of the video's audio track or None)

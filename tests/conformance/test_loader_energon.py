@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 import energon_arrow as ea
-from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.reference import energon_prepare
 
 pytestmark = pytest.mark.conformance
 energon = pytest.importorskip("megatron.energon")

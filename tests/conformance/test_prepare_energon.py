@@ -14,15 +14,11 @@ import yaml
 
 from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.meta import expand_braces, field_map_dataset, parse_split_parts, parse_split_ratio
-from energon_arrow.testing.reference import energon_cli
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.reference import energon_in_process
 from tests.tar.edge_tars import LONG_DIR, edge_tar
 
 pytestmark = pytest.mark.conformance
-
-
-def _energon(*args: str) -> None:
-    energon_cli(*args)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +76,7 @@ def test_same_index_as_energon(source, tmp_path, case):
     cli_args, opts = CASES[case]
     ref = _copy(source, tmp_path / "energon")
     ours = _copy(source, tmp_path / "ours")
-    _energon("prepare", ref, "--non-interactive", "--num-workers", "1", "--no-progress", *cli_args)
+    energon_in_process("prepare", ref, "--non-interactive", "--num-workers", "1", "--no-progress", *cli_args)
     prepare_dataset(ours, PrepareOptions(num_workers=2, **opts))
     for table in ("samples", "sample_parts"):
         assert _rows(ours, table) == _rows(ref, table)

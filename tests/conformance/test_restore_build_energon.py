@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 import energon_arrow as ea
-from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.reference import energon_prepare
 
 pytestmark = [pytest.mark.conformance, pytest.mark.filterwarnings("ignore:This DataLoader will create")]
 energon = pytest.importorskip("megatron.energon")

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import energon_arrow as ea
-from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.reference import energon_prepare
 
 pytestmark = pytest.mark.conformance
 energon = pytest.importorskip("megatron.energon")

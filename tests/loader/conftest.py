@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.reference import energon_prepare
 
 SHARDS, PER_SHARD = 4, 40
 

@@ -10,7 +10,7 @@ import torch
 import energon_arrow as ea
 from energon_arrow.loader.image_device import normalize_on_device
 from energon_arrow.testing.images import write_image_webdataset
-from energon_arrow.testing.reference import energon_prepare
+from tests.reference import energon_prepare
 
 energon = pytest.importorskip("megatron.energon")
 

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.reference import energon_prepare
 
 TEXT_DATASET_YAML = (
     "sample_type:\n  __module__: megatron.energon\n  __class__: TextSample\nfield_map:\n  text: txt\n"

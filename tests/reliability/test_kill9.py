@@ -6,7 +6,7 @@ within the measured length of an uninterrupted run its whole process group gets 
 output must be A or B, complete and readable (never a half-written file under a published name); after all
 kills, one more run must succeed and give exactly the uninterrupted run's output.
 
-`EA_KILL_RUNS=N` kills N times per scenario (default 4; the long run in docs/reliability.md).
+`EA_KILL_RUNS=N` kills N times per scenario (default 3; the long run in docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ import pytest
 
 import energon_arrow as ea
 from energon_arrow.samples.sample import SourceInfo
-from energon_arrow.testing.reference import energon_prepare
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.reference import energon_prepare
 
 energon = pytest.importorskip("megatron.energon")
 
