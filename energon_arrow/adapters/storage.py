@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from energon_arrow.adapters import options as opts
+from energon_arrow.adapters import s3fs_fork  # noqa: F401 - registers the after-fork hook
 from energon_arrow.adapters.errors import (
     NotFound,
     NotLocal,

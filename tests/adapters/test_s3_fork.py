@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import posixpath
+import weakref
 
 import pytest
 
@@ -39,3 +41,34 @@ def test_forked_child_copies_the_parents_client(s3_server, s3_object):
     _, status = os.waitpid(pid, 0)
     assert os.read(r, 1) == b"1" and status == 0
     os.close(r)
+
+
+def _pending_s3fs_closes() -> int:
+    import s3fs
+
+    close = s3fs.S3FileSystem.close_session
+    return sum(info.func is close for info in weakref.finalize._registry.values())
+
+
+def test_forked_child_does_not_close_the_parents_s3fs_sessions(s3_server, s3_object):
+    """A child inherits the parent's s3fs filesystems; closing one there would wait for the parent's event loop
+    (a second each) and touch the parent's connections: the child detaches those closes at fork."""
+    bucket, key, data = s3_object
+    store = open_storage(f"s3://{bucket}", s3_server.storage_options)
+    assert store.fs.info(f"{bucket}/{key}")["size"] == len(data)  # the session (and its close) exists now
+    assert _pending_s3fs_closes() >= 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            gc.collect()
+            ok = _pending_s3fs_closes() == 0
+        finally:
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1" and status == 0
+    os.close(r)
+    assert _pending_s3fs_closes() >= 1  # the parent closes its own sessions as before
