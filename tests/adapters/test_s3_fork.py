@@ -25,22 +25,32 @@ def test_forked_child_copies_the_parents_client(s3_server, s3_object):
     # s3fs/botocore change the nested options they are given; the stored ones stay as given
     assert store.fs.info(f"{bucket}/{key}")["size"] == len(data)  # s3fs's botocore client is made here
     assert store._public["config_kwargs"] == {"retries": {"total_max_attempts": 1}}
+
+    def child() -> bool:  # no new botocore session, its own client and connections
+        s3settings._build_client = lambda options: (_ for _ in ()).throw(AssertionError("built again"))
+        got = store.read_range(name, 7, 50)
+        client = store._direct
+        return got == data[7:57] and client is not parent and client._settings == parent._settings
+
+    assert _true_in_forked_child(child)
+
+
+def _true_in_forked_child(check) -> bool:
+    """Whether `check()` returns True in a forked child (which exits without running the parent's cleanups)."""
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: no new botocore session, its own client and connections
+    if pid == 0:
         ok = False
         try:
-            s3settings._build_client = lambda options: (_ for _ in ()).throw(AssertionError("built again"))
-            got = store.read_range(name, 7, 50)
-            client = store._direct
-            ok = got == data[7:57] and client is not parent and client._settings == parent._settings
+            ok = check()
         finally:
             os.write(w, b"1" if ok else b"0")
             os._exit(0)
     os.close(w)
     _, status = os.waitpid(pid, 0)
-    assert os.read(r, 1) == b"1" and status == 0
+    ok = os.read(r, 1) == b"1" and status == 0
     os.close(r)
+    return ok
 
 
 def _pending_s3fs_closes() -> int:
@@ -57,18 +67,5 @@ def test_forked_child_does_not_close_the_parents_s3fs_sessions(s3_server, s3_obj
     store = open_storage(f"s3://{bucket}", s3_server.storage_options)
     assert store.fs.info(f"{bucket}/{key}")["size"] == len(data)  # the session (and its close) exists now
     assert _pending_s3fs_closes() >= 1
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        ok = False
-        try:
-            gc.collect()
-            ok = _pending_s3fs_closes() == 0
-        finally:
-            os.write(w, b"1" if ok else b"0")
-            os._exit(0)
-    os.close(w)
-    _, status = os.waitpid(pid, 0)
-    assert os.read(r, 1) == b"1" and status == 0
-    os.close(r)
+    assert _true_in_forked_child(lambda: gc.collect() >= 0 and _pending_s3fs_closes() == 0)
     assert _pending_s3fs_closes() >= 1  # the parent closes its own sessions as before
