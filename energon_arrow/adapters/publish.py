@@ -92,9 +92,9 @@ def publish_folder(
     the paths in `drop` (relative to `rel_dir`, files or folders). The old set is then deleted, or with
     `remove_old=False` left under its private staging name (no reader sees it; `remove_abandoned` takes it if
     this process dies) and its path returned, for the caller to delete while it goes on (freeing many blocks
-    takes milliseconds per file on some disks). Object stores have no multi-object transaction: each file is one PUT; all but the mapping's last file are
-    sent concurrently and the last one only after they all succeeded, so callers put the file that marks a
-    complete set last.
+    takes milliseconds per file on some disks). Object stores have no multi-object transaction: each file is
+    one PUT; all but the mapping's last file are sent concurrently and the last one only after they all
+    succeeded, so callers put the file that marks a complete set last.
     """
     for fname in files:
         _check_name(storage, rel_dir, fname)

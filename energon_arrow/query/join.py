@@ -89,32 +89,22 @@ def join_datasets(datasets, split: str) -> pa.Table:
         joins.append(f"{kind} _join_{name} AS j_{name} ON j_{name}.sample_key = p.sample_key")
         select += _columns(name, f"j_{name}", member.nonmatch == "none")
     ds = primary.dataset
-    with ds._lock:
-        con = ds._con
-        for table_name, table in tables.items():
-            con.register(table_name, table)
-        try:
-            for name, member in others:
-                if member.nonmatch != "error":
-                    continue
-                missing = con.sql(
-                    f"SELECT p.sample_key FROM {base} p ANTI JOIN _join_{name} j USING (sample_key) "
-                    "ORDER BY p.shard_position, p.sample_index LIMIT 1",
-                    params={"split": psplit},
-                ).fetchall()
-                if missing:
-                    raise ValueError(
-                        f"join: sample key {missing[0][0]!r} of {pname!r} is missing from {name!r} "
-                        f"({member.dataset.url}) and its nonmatch is 'error' (use 'skip' or 'none')"
-                    )
-            sql = (
-                f"SELECT {', '.join(select)} FROM {base} p {' '.join(joins)} "
-                "ORDER BY p.shard_position, p.sample_index"
+    for name, member in others:
+        if member.nonmatch != "error":
+            continue
+        missing = ds._internal(
+            f"SELECT p.sample_key FROM {base} p ANTI JOIN _join_{name} j USING (sample_key) "
+            "ORDER BY p.shard_position, p.sample_index LIMIT 1",
+            {"split": psplit},
+            tables,
+        )
+        if missing.num_rows:
+            raise ValueError(
+                f"join: sample key {missing.column(0)[0].as_py()!r} of {pname!r} is missing from {name!r} "
+                f"({member.dataset.url}) and its nonmatch is 'error' (use 'skip' or 'none')"
             )
-            return con.sql(sql, params={"split": psplit}).to_arrow_table()
-        finally:
-            for table_name in tables:
-                con.unregister(table_name)
+    sql = f"SELECT {', '.join(select)} FROM {base} p {' '.join(joins)} ORDER BY p.shard_position, p.sample_index"
+    return ds._internal(sql, {"split": psplit}, tables)
 
 
 def _columns(name: str, alias: str, fill: bool) -> list[str]:
