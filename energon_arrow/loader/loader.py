@@ -11,6 +11,7 @@ other W' x K' as long as the global batch size is the same.
 
 from __future__ import annotations
 
+import fcntl
 import gc
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,28 @@ from energon_arrow.loader.image_gpu_decode import device_decoded, device_decoder
 from energon_arrow.loader.transfer import iter_to_device
 
 STATE_VERSION = 1
+# The pipe that carries the workers' pickled batches to this process: Linux's default of 64 KiB holds less than one
+# raw-bytes batch of the loader benchmark (~150 KB), so each batch took several blocking write/read rounds and
+# context switches; at 1 MiB (the unprivileged limit, /proc/sys/fs/pipe-max-size) the local epoch ran 13% faster
+# (median of 6 alternating runs each, 64k samples, 2 workers: 64k -> 73k samples/s).
+RESULT_PIPE_BYTES = 1 << 20
+
+
+def widen_result_pipe(batches: Any, size: int = RESULT_PIPE_BYTES) -> int:
+    """Enlarge the pipe of a DataLoader iterator's worker result queue to `size` bytes (capped by the system's
+    limit); returns the pipe's size after, or 0 where there is no such pipe or the platform has no pipe sizes
+    (the queue then works as before, only with more context switches)."""
+    queue = getattr(batches, "_worker_result_queue", None)
+    reader = getattr(queue, "_reader", None)
+    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if reader is None or setsize is None:
+        return 0
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            size = min(size, int(f.read()))
+        return fcntl.fcntl(reader.fileno(), setsize, size)
+    except (OSError, ValueError):
+        return 0
 
 
 def _as_is(item):
@@ -89,6 +112,7 @@ class Loader:
                 batches = iter(dl)  # forks the workers
             finally:
                 gc.unfreeze()
+            widen_result_pipe(batches)
         else:
             batches = iter(dl)
         expected = self.next_batch
