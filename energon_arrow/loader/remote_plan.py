@@ -33,20 +33,27 @@ class RemoteReadSettings:
     `byte_budget`: bytes of windows fetched or held at once (per worker, per dataset); `max_overread`: unneeded
     bytes a plan may fetch, as a fraction of the needed bytes; `max_window`: the span of one GET;
     `first_plan_batches` / `plan_batches`: batches per worker planned together (windows never span two plans):
-    the first group is small, so the first batch waits only for small windows, and each next one twice the
-    previous, up to `plan_batches` (larger groups: fewer, larger GETs) and to half the byte budget for the
-    group's samples; `concurrency`: GETs in flight.
+    the first group is small, so the first batch waits only for small windows; the next ones hold up to
+    `plan_batches` per worker, `plan_samples` samples of all workers (the plan's arrays) and the byte budget's
+    worth of samples (larger groups: fewer, larger GETs); `concurrency`: GETs in flight.
     """
 
     byte_budget: int = 256 * 1024 * 1024
     max_overread: float = 0.05
     max_window: int = 16 * 1024 * 1024
     first_plan_batches: int = 8
-    plan_batches: int = 512
+    plan_batches: int = 4096
+    plan_samples: int = 1 << 20
     concurrency: int = 8
 
     def __post_init__(self):
-        sizes = (self.byte_budget, self.max_window, self.first_plan_batches, self.plan_batches)
+        sizes = (
+            self.byte_budget,
+            self.max_window,
+            self.first_plan_batches,
+            self.plan_batches,
+            self.plan_samples,
+        )
         if min(sizes) < 1 or self.concurrency < 1:
             raise ValueError(f"RemoteReadSettings: sizes and counts must be >= 1, got {self}")
         if self.max_overread < 0:

@@ -3,8 +3,11 @@
 The batch sequence is a pure function of the seed, so every DataLoader worker can compute the rows of every
 worker's batches. The reader plans groups of batches (the batches of all workers in that stretch of the
 stream) together (remote_plan.plan_group): the first group holds `first_plan_batches` batches per worker, so
-the first batch waits only for small windows, and each next group twice as many, up to `plan_batches` and to
-half the byte budget for the group's samples (larger groups merge more blocks of a shard into one GET). Each
+the first batch waits only for small windows; the next ones are as large as `plan_batches`, `plan_samples` and
+the byte budget allow (the group's samples within the budget), and the last one takes a short rest with it.
+Larger groups merge more blocks of a shard into one GET: the training order scatters a shard's blocks over the
+epoch, so a group that holds a fraction of the epoch finds about that fraction of each shard's blocks, mostly
+apart (a ramp of doubling groups made ~7 GETs per shard on the loader benchmark's data, one group ~1). Each
 window is fetched once, by the worker whose batch reads it first, and handed to the other workers that read it
 through shared memory (window_share.py). With one worker this is the same plan without sharing.
 
@@ -79,7 +82,8 @@ class WindowReader:
         self._group = 0  # the next group to plan
         self._group_lo = feed.first  # its first batch
         self._group_size = 0  # batches per worker of the last group planned
-        self._batch_bytes = 0.0  # needed bytes per batch (all workers) in the last group planned
+        self._batch_bytes = 0.0  # needed bytes per batch in the last group planned
+        self._batch_rows = 0.0  # samples per batch in the last group planned
         self._ended = False  # every group of the stream is planned
         self._planned = 0  # reads planned so far (sequence numbers 0 .. _planned - 1)
         self._announced = 0
@@ -104,13 +108,15 @@ class WindowReader:
         """The batches of the next group (every worker computes the same groups: the sizes depend only on the
         settings and on the batches already planned)."""
         f, s = self.feed, self.settings
-        if not self._group_size:
-            n = min(s.first_plan_batches, s.plan_batches)
-        else:
-            n = min(2 * self._group_size, s.plan_batches)
-            if self._batch_bytes > 0:
-                n = min(n, max(1, int(s.byte_budget / 2 / (self._batch_bytes * f.workers))))
+        n = min(s.first_plan_batches if not self._group_size else s.plan_batches, s.plan_batches)
+        if self._group_size and self._batch_bytes > 0:
+            n = min(n, max(1, int(s.byte_budget / (self._batch_bytes * f.workers))))
+            n = min(n, max(1, int(s.plan_samples / (self._batch_rows * f.workers))))
         lo = self._group_lo
+        if f.total is not None:
+            left = -(-(f.total - lo) // f.workers)  # batches per worker left in the stream
+            if self._group_size and left <= n + n // 2:
+                n = left  # no short last group: its few blocks of each shard would come as small GETs
         hi = lo + n * f.workers if f.total is None else min(lo + n * f.workers, f.total)
         self._group_size = n
         return range(lo, max(lo, hi))
@@ -136,6 +142,7 @@ class WindowReader:
         src = self.src
         shard, offset, size = src.shard_id[allrows], src.byte_offset[allrows], src.byte_size[allrows]
         self._batch_bytes = int(size.sum()) / len(batches)
+        self._batch_rows = len(allrows) / len(batches)
         s = self.settings
         plan = plan_group(batch, worker, shard, offset, size, f.workers, s.max_overread, s.max_window)
         win = plan.windows

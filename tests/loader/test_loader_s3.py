@@ -133,7 +133,9 @@ def test_two_workers_fetch_every_byte_once(s3_dataset, s3_server, shuffle_buffer
 def _share_folders() -> set:
     from energon_arrow.loader.window_share import PREFIX, SHM_ROOT
 
-    return {n for n in os.listdir(SHM_ROOT) if n.startswith(PREFIX)} if os.path.isdir(SHM_ROOT) else set()
+    # this process's loaders only: tests running beside this one (xdist) have their own
+    mine = f"{PREFIX}{os.getpid()}-"
+    return {n for n in os.listdir(SHM_ROOT) if n.startswith(mine)} if os.path.isdir(SHM_ROOT) else set()
 
 
 def test_faults_are_retried_and_batches_unchanged(prepared_root, s3_dataset, s3_server):

@@ -166,12 +166,18 @@ def test_group_plan_checks_workers():
 
 
 @pytest.mark.parametrize(
-    ("budget", "sizes"),
-    [(1 << 30, [2, 4, 8, 16, 16, 4]), (2 * 6 * 4000 * 2, [2, 4, 6, 6, 6, 6, 6, 6, 6, 2])],
+    ("budget", "samples", "sizes"),
+    [
+        (1 << 30, 1 << 20, [2, 16, 16, 16]),
+        (14 * 4000 * 2, 1 << 20, [2, 14, 14, 20]),
+        (5 * 4000 * 2, 1 << 20, [2, *[5] * 9, 3]),
+        (1 << 30, 6 * 4 * 2, [2, *[6] * 8]),
+    ],
 )
-def test_groups_ramp_up_within_the_byte_budget(budget, sizes):
-    """Groups start small (the first batch waits for little), double up to plan_batches, and are capped so that
-    a group's samples take at most half the byte budget; every worker plans the same groups."""
+def test_groups_grow_to_the_byte_budget(budget, samples, sizes):
+    """The first group is small (the first batch waits for little); the next ones hold plan_batches, capped so
+    that a group's samples take at most the byte budget and plan_samples, and the last one takes a short rest (up to half a group)
+    with it; every worker plans the same groups."""
     from types import SimpleNamespace
 
     from energon_arrow.loader.window_reader import BatchFeed, WindowReader
@@ -180,7 +186,9 @@ def test_groups_ramp_up_within_the_byte_budget(budget, sizes):
     src = SimpleNamespace(
         shard_id=rows // 100, byte_offset=(rows % 100) * 1000, byte_size=np.full(1000, 1000)
     )
-    settings = RemoteReadSettings(byte_budget=budget, first_plan_batches=2, plan_batches=16)
+    settings = RemoteReadSettings(
+        byte_budget=budget, first_plan_batches=2, plan_batches=16, plan_samples=samples
+    )
     groups = {}
     for worker in range(2):
         seen = groups[worker] = []
