@@ -6,13 +6,15 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from energon_arrow.adapters import (
+    listing,
+    s3fs_fork,  # noqa: F401 - registers the after-fork hook
+)
 from energon_arrow.adapters import options as opts
-from energon_arrow.adapters import s3fs_fork  # noqa: F401 - registers the after-fork hook
 from energon_arrow.adapters.errors import (
     NotFound,
     NotLocal,
@@ -21,26 +23,12 @@ from energon_arrow.adapters.errors import (
     classify,
 )
 from energon_arrow.adapters.fetch import fetch_groups, read_ranges
+from energon_arrow.adapters.listing import FileInfo
 from energon_arrow.adapters.msc import MSC_PREFIX, resolve_msc_url
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
 from energon_arrow.adapters.shard_cache import parse_cache_option
 from energon_arrow.adapters.stream import LocalStream, PrefetchReader
-from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url, path_text
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    """What a store says about one file. `path` is relative to the storage root."""
-
-    path: str
-    size: int
-    mtime: float | None = None
-    etag: str | None = None
-
-    @property
-    def identity(self) -> str:
-        """A string that changes when the file's content (probably) changed: size plus ETag or mtime."""
-        return f"{self.size}:{self.etag or ''}:{'' if self.mtime is None else repr(float(self.mtime))}"
+from energon_arrow.adapters.urls import join_path, parse_url, path_text
 
 
 class Storage:
@@ -290,51 +278,11 @@ class Storage:
         info = self._call(rel, lambda: self.fs.info(self.path_of(rel)))
         if info.get("type") == "directory":
             raise StorageError(self.url_of(rel), "is a directory, expected a file")
-        return self._file_info(rel, info)
-
-    @staticmethod
-    def _file_info(rel: str, info: Mapping[str, Any]) -> FileInfo:
-        mtime = info.get("mtime", info.get("LastModified", info.get("created")))
-        if hasattr(mtime, "timestamp"):
-            mtime = mtime.timestamp()
-        etag = info.get("ETag") or info.get("etag")
-        return FileInfo(
-            rel,
-            int(info.get("size") or 0),
-            None if mtime is None else float(mtime),
-            None if etag is None else str(etag).strip('"'),
-        )
+        return listing.file_info(rel, info)
 
     def scan(self, pattern: str = "**/*") -> list[FileInfo]:
         """All files under the root whose relative path matches `pattern` (`**` spans directories), sorted."""
-        regex = glob_to_regex(pattern)
-        root = self.path_of("").rstrip("/")
-        if self.is_local:
-            return self._scan_local(root, regex)
-        # a missing bucket is NotFound; a missing prefix in a bucket lists as empty
-        found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))
-        out = []
-        for path, info in found.items():
-            rel = path[len(root) :].lstrip("/") if path.startswith(root) else path
-            if regex.match(rel) and info.get("type", "file") != "directory":
-                out.append(self._file_info(rel, info))
-        return sorted(out, key=lambda f: f.path)
-
-    def _scan_local(self, root: str, regex) -> list[FileInfo]:
-        out = []
-        if not os.path.isdir(root):
-            if os.path.exists(root):
-                raise StorageError(self.url, "is a file, expected a folder")
-            raise NotFound(self.url, "folder not found")
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            base = os.path.relpath(dirpath, root)
-            for name in filenames:
-                rel = name if base == "." else f"{base}/{name}".replace(os.sep, "/")
-                if regex.match(rel):
-                    st = os.stat(os.path.join(dirpath, name))
-                    out.append(FileInfo(rel, st.st_size, st.st_mtime, None))
-        return sorted(out, key=lambda f: f.path)
+        return listing.scan(self, pattern)
 
     def list_files(self, pattern: str = "**/*") -> list[str]:
         return [f.path for f in self.scan(pattern)]
