@@ -10,8 +10,9 @@ from energon_arrow.adapters.errors import (
     TransientError,
     UnsupportedScheme,
 )
+from energon_arrow.adapters.listing import FileInfo
 from energon_arrow.adapters.retry import NO_RETRY, RetryPolicy
-from energon_arrow.adapters.storage import FileInfo, Storage, open_storage
+from energon_arrow.adapters.storage import Storage, open_storage
 
 __all__ = [
     "AccessDenied",

@@ -1,4 +1,7 @@
-"""`Storage`: the one I/O interface of energon-arrow, over fsspec (local, memory, S3 and other fsspec protocols)."""
+"""`Storage`: the one I/O interface of energon-arrow, over fsspec (local, memory, S3 and other fsspec protocols).
+
+Its clients (fsspec filesystems, the direct S3 client) are built in adapters.backends, listings in adapters.listing,
+ranged reads in adapters.fetch, publishing in adapters.publish."""
 
 from __future__ import annotations
 
@@ -6,44 +9,27 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from energon_arrow.adapters import options as opts
-from energon_arrow.adapters import s3fs_fork  # noqa: F401 - registers the after-fork hook
-from energon_arrow.adapters.errors import (
-    NotFound,
-    NotLocal,
-    StorageError,
-    UnsupportedScheme,
-    classify,
+from energon_arrow.adapters import (
+    listing,
+    s3fs_fork,  # noqa: F401 - registers the after-fork hook
 )
+from energon_arrow.adapters import options as opts
+from energon_arrow.adapters.backends import Backends
+from energon_arrow.adapters.errors import NotFound, NotLocal, StorageError, classify
 from energon_arrow.adapters.fetch import fetch_groups, read_ranges
+from energon_arrow.adapters.listing import FileInfo
 from energon_arrow.adapters.msc import MSC_PREFIX, resolve_msc_url
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
 from energon_arrow.adapters.shard_cache import parse_cache_option
 from energon_arrow.adapters.stream import LocalStream, PrefetchReader
-from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url, path_text
+from energon_arrow.adapters.urls import join_path, parse_url, path_text
 
 
-@dataclass(frozen=True)
-class FileInfo:
-    """What a store says about one file. `path` is relative to the storage root."""
-
-    path: str
-    size: int
-    mtime: float | None = None
-    etag: str | None = None
-
-    @property
-    def identity(self) -> str:
-        """A string that changes when the file's content (probably) changed: size plus ETag or mtime."""
-        return f"{self.size}:{self.etag or ''}:{'' if self.mtime is None else repr(float(self.mtime))}"
-
-
-class Storage:
+class Storage(Backends):
     """A storage root (local folder, `memory://x`, `s3://bucket/prefix`) and relative-path I/O under it.
 
     All methods take POSIX paths relative to the root. Errors are StorageError subclasses naming the URL;
@@ -87,110 +73,14 @@ class Storage:
             )
         self._public, secret = opts.split_secrets(self._validate(raw))
         self._secret_handle = opts.stash_secrets(secret)
-        self._fs = None
-        self._fs_pid = None
-        self._retrying_fs = None
-        self._direct_client = None
+        self._forget_clients()
         self.range_gap, self.max_fetch = (
             self.LOCAL_COALESCING if self.is_local or self.protocol == "memory" else self.REMOTE_COALESCING
         )
         if not (self.is_local and not raw):  # local files without options: plain os calls, no fsspec import
             _ = self.fs  # construct now so that bad options fail at open time
 
-    # ---- construction -------------------------------------------------------------------------------------
-    def _validate(self, raw: dict[str, Any]) -> dict[str, Any]:
-        p = self._parsed
-        if p.is_local and not raw:
-            return raw
-        if p.protocol == "s3":
-            if not p.path:
-                raise StorageError(self.url, "an S3 URL needs a bucket: s3://bucket/prefix")
-            return opts.normalise_s3_options(raw, self.url)
-        cls = self._fs_class()
-        opts.check_options_known(cls, raw, self.url)
-        return raw
-
-    def _fs_class(self):
-        import fsspec
-
-        try:
-            return fsspec.get_filesystem_class(self._parsed.protocol)
-        except ValueError:
-            raise UnsupportedScheme(
-                self.url,
-                f"unknown URL scheme {self._parsed.protocol!r} (supported: local paths, file://, s3://, memory://)",
-            ) from None
-        except ImportError as exc:
-            raise UnsupportedScheme(
-                self.url, f"scheme {self._parsed.protocol!r} needs an extra package: {exc}"
-            ) from None
-
-    @property
-    def fs(self):
-        """The fsspec filesystem (rebuilt after fork: async clients must not cross processes)."""
-        pid = os.getpid()
-        if self._fs is None or self._fs_pid != pid:
-            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
-            try:
-                fresh = bool(options.pop("skip_instance_cache", False)) or self._fs_pid is not None
-                fs = self._fs_class()(skip_instance_cache=fresh, **options)
-            except StorageError:
-                raise
-            except Exception as exc:
-                raise opts.InvalidStorageOptions(
-                    self.url, f"cannot create filesystem: {opts.redact(exc, options)}"
-                ) from None
-            if self.protocol == "s3":
-                fs.retries = 1  # s3fs's own retry loop: energon-arrow's RetryPolicy is the only one
-            self._fs, self._fs_pid, self._direct_client, self._retrying_fs = fs, pid, None, None
-        return self._fs
-
-    @property
-    def retrying_fs(self):
-        """The fsspec filesystem for callers that go through it themselves (DuckDB, pyarrow datasets, streamed
-        multipart uploads), where energon-arrow's retry loop cannot wrap each request. On S3: a second s3fs instance whose own retry loop
-        makes up to `retry.attempts` tries of every request, retrying exactly what energon-arrow classifies as
-        transient (5xx, 429, throttling codes, resets, stalls, truncated bodies). With s3fs before 2026.2 (no
-        error-handler hook) botocore's standard retry mode makes those tries instead: it retries 5xx, throttling
-        codes and connection errors, not a body cut short after its headers. Elsewhere: `fs`."""
-        fs = self.fs
-        if self.protocol != "s3":
-            return fs
-        if self._retrying_fs is None:
-            from energon_arrow.adapters.errors import install_s3fs_retry_classifier
-
-            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
-            options.pop("skip_instance_cache", None)
-            s3fs_retries = install_s3fs_retry_classifier()
-            if not s3fs_retries:
-                options["config_kwargs"] = opts.botocore_retries(
-                    options.get("config_kwargs"), self.retry.attempts
-                )
-            reader = self._fs_class()(skip_instance_cache=True, **options)
-            reader.retries = (
-                self.retry.attempts if s3fs_retries else 1
-            )  # one retry loop, never two multiplied
-            self._retrying_fs = reader
-        return self._retrying_fs
-
-    @property
-    def _direct(self):
-        """The direct ranged-GET client (adapters.s3direct) where the options allow one, else None."""
-        _ = self.fs  # resets the client after a fork
-        if self.protocol != "s3" or not self.use_direct_reads:
-            return None
-        if self._direct_client is None:
-            from energon_arrow.adapters.s3settings import direct_client_for
-
-            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
-            try:
-                self._direct_client = direct_client_for(options) or False
-            except Exception as exc:
-                raise opts.InvalidStorageOptions(
-                    self.url, f"cannot set up S3 access: {opts.redact(exc, options)}"
-                ) from None
-        return self._direct_client or None
-
+    # ---- pickling -----------------------------------------------------------------------------------------
     def __getstate__(self):
         return {
             "url": self._parsed.url(),
@@ -210,10 +100,7 @@ class Storage:
         self.range_gap, self.max_fetch = state["coalescing"]
         self.use_direct_reads = state["direct_reads"]
         self.local_cache = state["local_cache"]
-        self._fs = None
-        self._fs_pid = None
-        self._retrying_fs = None
-        self._direct_client = None
+        self._forget_clients()
 
     def __repr__(self):
         endpoint = self._public.get("endpoint_url")
@@ -290,51 +177,11 @@ class Storage:
         info = self._call(rel, lambda: self.fs.info(self.path_of(rel)))
         if info.get("type") == "directory":
             raise StorageError(self.url_of(rel), "is a directory, expected a file")
-        return self._file_info(rel, info)
-
-    @staticmethod
-    def _file_info(rel: str, info: Mapping[str, Any]) -> FileInfo:
-        mtime = info.get("mtime", info.get("LastModified", info.get("created")))
-        if hasattr(mtime, "timestamp"):
-            mtime = mtime.timestamp()
-        etag = info.get("ETag") or info.get("etag")
-        return FileInfo(
-            rel,
-            int(info.get("size") or 0),
-            None if mtime is None else float(mtime),
-            None if etag is None else str(etag).strip('"'),
-        )
+        return listing.file_info(rel, info)
 
     def scan(self, pattern: str = "**/*") -> list[FileInfo]:
         """All files under the root whose relative path matches `pattern` (`**` spans directories), sorted."""
-        regex = glob_to_regex(pattern)
-        root = self.path_of("").rstrip("/")
-        if self.is_local:
-            return self._scan_local(root, regex)
-        # a missing bucket is NotFound; a missing prefix in a bucket lists as empty
-        found = self._call("", lambda: self.fs.find(root, detail=True, withdirs=False))
-        out = []
-        for path, info in found.items():
-            rel = path[len(root) :].lstrip("/") if path.startswith(root) else path
-            if regex.match(rel) and info.get("type", "file") != "directory":
-                out.append(self._file_info(rel, info))
-        return sorted(out, key=lambda f: f.path)
-
-    def _scan_local(self, root: str, regex) -> list[FileInfo]:
-        out = []
-        if not os.path.isdir(root):
-            if os.path.exists(root):
-                raise StorageError(self.url, "is a file, expected a folder")
-            raise NotFound(self.url, "folder not found")
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            base = os.path.relpath(dirpath, root)
-            for name in filenames:
-                rel = name if base == "." else f"{base}/{name}".replace(os.sep, "/")
-                if regex.match(rel):
-                    st = os.stat(os.path.join(dirpath, name))
-                    out.append(FileInfo(rel, st.st_size, st.st_mtime, None))
-        return sorted(out, key=lambda f: f.path)
+        return listing.scan(self, pattern)
 
     def list_files(self, pattern: str = "**/*") -> list[str]:
         return [f.path for f in self.scan(pattern)]

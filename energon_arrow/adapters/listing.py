@@ -1,0 +1,74 @@
+"""What a store says about its files: `FileInfo` and `scan` (the recursive, sorted glob behind `Storage.scan`,
+`Storage.list_files` and `Storage.stat`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from energon_arrow.adapters.errors import NotFound, StorageError
+from energon_arrow.adapters.urls import glob_to_regex
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What a store says about one file. `path` is relative to the storage root."""
+
+    path: str
+    size: int
+    mtime: float | None = None
+    etag: str | None = None
+
+    @property
+    def identity(self) -> str:
+        """A string that changes when the file's content (probably) changed: size plus ETag or mtime."""
+        return f"{self.size}:{self.etag or ''}:{'' if self.mtime is None else repr(float(self.mtime))}"
+
+
+def file_info(rel: str, info: Mapping[str, Any]) -> FileInfo:
+    """The FileInfo of an fsspec `info` mapping (mtime, LastModified or created; ETag without its quotes)."""
+    mtime = info.get("mtime", info.get("LastModified", info.get("created")))
+    if hasattr(mtime, "timestamp"):
+        mtime = mtime.timestamp()
+    etag = info.get("ETag") or info.get("etag")
+    return FileInfo(
+        rel,
+        int(info.get("size") or 0),
+        None if mtime is None else float(mtime),
+        None if etag is None else str(etag).strip('"'),
+    )
+
+
+def scan(storage, pattern: str = "**/*") -> list[FileInfo]:
+    """All files under `storage`'s root whose relative path matches `pattern` (`**` spans directories), sorted."""
+    regex = glob_to_regex(pattern)
+    root = storage.path_of("").rstrip("/")
+    if storage.is_local:
+        return _scan_local(storage.url, root, regex)
+    # a missing bucket is NotFound; a missing prefix in a bucket lists as empty
+    found = storage._call("", lambda: storage.fs.find(root, detail=True, withdirs=False))
+    out = []
+    for path, info in found.items():
+        rel = path[len(root) :].lstrip("/") if path.startswith(root) else path
+        if regex.match(rel) and info.get("type", "file") != "directory":
+            out.append(file_info(rel, info))
+    return sorted(out, key=lambda f: f.path)
+
+
+def _scan_local(url: str, root: str, regex) -> list[FileInfo]:
+    out = []
+    if not os.path.isdir(root):
+        if os.path.exists(root):
+            raise StorageError(url, "is a file, expected a folder")
+        raise NotFound(url, "folder not found")
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        base = os.path.relpath(dirpath, root)
+        for name in filenames:
+            rel = name if base == "." else f"{base}/{name}".replace(os.sep, "/")
+            if regex.match(rel):
+                st = os.stat(os.path.join(dirpath, name))
+                out.append(FileInfo(rel, st.st_size, st.st_mtime, None))
+    return sorted(out, key=lambda f: f.path)
