@@ -7,7 +7,10 @@ the first batch waits only for small windows; the next ones are as large as `pla
 the byte budget allow (the group's samples within the budget), and the last one takes a short rest with it.
 Larger groups merge more blocks of a shard into one GET: the training order scatters a shard's blocks over the
 epoch, so a group that holds a fraction of the epoch finds about that fraction of each shard's blocks, mostly
-apart (a ramp of doubling groups made ~7 GETs per shard on the loader benchmark's data, one group ~1). Each
+apart (a ramp of doubling groups made ~7 GETs per shard on the loader benchmark's data, one group ~1). A range
+that a window of the previous group holds (a merged gap, the rest of a block) is read from that window again by
+the workers that read it, and no new window crosses one of them, so nothing is fetched twice at a group
+boundary (the windows of the last group planned stay until the next one is planned). Each
 window is fetched once, by the worker whose batch reads it first, and handed to the other workers that read it
 through shared memory (window_share.py). With one worker this is the same plan without sharing.
 
@@ -33,7 +36,14 @@ import numpy as np
 
 from energon_arrow.adapters.fetch import fetch_groups
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.remote_plan import RemoteReadSettings, first_use, last_use, plan_group
+from energon_arrow.loader.remote_plan import (
+    GroupPlan,
+    RemoteReadSettings,
+    covering_window,
+    first_use,
+    last_use,
+    plan_group,
+)
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.window_share import WindowShare
 
@@ -55,6 +65,7 @@ class BatchFeed:
 @dataclass
 class _Window:
     name: str
+    group: int
     shard: int
     start: int
     end: int
@@ -85,6 +96,7 @@ class WindowReader:
         self._batch_bytes = 0.0  # needed bytes per batch in the last group planned
         self._batch_rows = 0.0  # samples per batch in the last group planned
         self._ended = False  # every group of the stream is planned
+        self._prev: tuple[int, GroupPlan] | None = None  # the last group planned, for the next one to reuse
         self._planned = 0  # reads planned so far (sequence numbers 0 .. _planned - 1)
         self._announced = 0
         self._next_read = 0
@@ -134,6 +146,7 @@ class WindowReader:
         rows = [np.asarray(r, np.int64) for r in f.rows_of(batches)]
         counts = np.array([len(r) for r in rows], np.int64)
         if not counts.sum():
+            self._prev = None
             return True
         allrows = np.concatenate(rows)
         bids = np.asarray(batches, np.int64)
@@ -143,35 +156,63 @@ class WindowReader:
         shard, offset, size = src.shard_id[allrows], src.byte_offset[allrows], src.byte_size[allrows]
         self._batch_bytes = int(size.sum()) / len(batches)
         self._batch_rows = len(allrows) / len(batches)
-        s = self.settings
-        plan = plan_group(batch, worker, shard, offset, size, f.workers, s.max_overread, s.max_window)
-        win = plan.windows
         # this worker's reads of the group: its non-empty batches, numbered on from _planned
         mine_b = (bids - f.first) % f.workers == f.worker
         seq_of_batch = np.full(len(bids), -1, np.int64)
         mine_nonempty = mine_b & (counts > 0)
         seq_of_batch[mine_nonempty] = self._planned + np.arange(int(mine_nonempty.sum()))
         seq = np.repeat(seq_of_batch, counts)
-        mine = seq >= 0
-        n = win.start.size
-        first = first_use(win.window[mine], seq[mine], n)
-        last = last_use(win.window[mine], seq[mine], n)
-        used = np.flatnonzero(last >= 0)
-        for w in used[np.argsort(first[used], kind="stable")].tolist():
-            own = int(plan.fetcher[w]) == f.worker or f.share is None
-            name = f"{g}-{w}"
-            readers = np.flatnonzero(plan.users[w]).tolist() if own and f.share is not None else []
-            self._windows[name] = _Window(
-                name, int(win.shard[w]), int(win.start[w]), int(win.end[w]), int(first[w]), int(last[w]),
-                readers, own,
+        # ranges that a window of the previous group holds (its merged gaps, or the rest of a block), for a
+        # worker that reads that window too, are read from it again instead of fetched twice; every worker
+        # decides this from the previous plan alone, so all of them plan the same new windows
+        name_of = np.empty(len(allrows), object)
+        inner = np.empty(len(allrows), np.int64)
+        new = np.ones(len(allrows), bool)
+        held = None
+        if self._prev is not None:
+            pg, prev = self._prev
+            pw = prev.windows
+            cov = covering_window(shard, offset, size, pw.shard, pw.start, pw.end)
+            hit = cov >= 0
+            hit[hit] = prev.users[cov[hit], worker[hit]]
+            new = ~hit
+            inner[hit] = offset[hit] - pw.start[cov[hit]]
+            again = last_use(cov[hit & (seq >= 0)], seq[hit & (seq >= 0)], pw.start.size)
+            for w in np.flatnonzero(again >= 0).tolist():
+                held = self._windows[f"{pg}-{w}"]
+                held.last = max(held.last, int(again[w]))
+            name_of[hit] = [f"{pg}-{w}" for w in cov[hit].tolist()]
+            held = (pw.shard, pw.start, pw.end)
+        self._prev = None
+        s = self.settings
+        if new.any():
+            plan = plan_group(
+                batch[new], worker[new], shard[new], offset[new], size[new], f.workers,
+                s.max_overread, s.max_window, s.merge_gap, held,
             )  # fmt: skip
-            if own:
-                self._waiting.append(name)
+            self._prev = (g, plan)
+            win = plan.windows
+            inner[new] = win.inner
+            name_of[new] = [f"{g}-{w}" for w in win.window.tolist()]
+            mine = seq[new] >= 0
+            n = win.start.size
+            first = first_use(win.window[mine], seq[new][mine], n)
+            last = last_use(win.window[mine], seq[new][mine], n)
+            used = np.flatnonzero(last >= 0)
+            for w in used[np.argsort(first[used], kind="stable")].tolist():
+                own = int(plan.fetcher[w]) == f.worker or f.share is None
+                name = f"{g}-{w}"
+                readers = np.flatnonzero(plan.users[w]).tolist() if own and f.share is not None else []
+                self._windows[name] = _Window(
+                    name, g, int(win.shard[w]), int(win.start[w]), int(win.end[w]), int(first[w]),
+                    int(last[w]), readers, own,
+                )  # fmt: skip
+                if own:
+                    self._waiting.append(name)
         bounds = np.r_[0, np.cumsum(counts)]
         for i in np.flatnonzero(mine_nonempty).tolist():
             lo, hi = bounds[i], bounds[i + 1]
-            names = [f"{g}-{w}" for w in win.window[lo:hi].tolist()]
-            self._batches.append((rows[i], names, win.inner[lo:hi], size[lo:hi]))
+            self._batches.append((rows[i], name_of[lo:hi].tolist(), inner[lo:hi], size[lo:hi]))
         self._planned += int(mine_nonempty.sum())
         return True
 
@@ -246,8 +287,10 @@ class WindowReader:
         return self._pool.submit(self._fetch, w)
 
     def _release(self) -> None:
-        """Drop the windows whose reads are all done."""
-        for name in [n for n, w in self._windows.items() if w.last < self._next_read]:
+        """Drop the windows whose reads are all done; those of the last group planned stay until the next group
+        is planned (it may read them again) or the stream has ended."""
+        keep = self._prev[0] if self._prev is not None and not self._ended else -1
+        for name in [n for n, w in self._windows.items() if w.last < self._next_read and w.group != keep]:
             w = self._windows.pop(name)
             if w.future is not None or w.view is not None:
                 self._held -= w.nbytes

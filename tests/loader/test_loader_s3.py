@@ -104,6 +104,28 @@ def test_few_large_gets_and_no_overread(prepared_root, s3_dataset, s3_server):
         assert needed <= _range_bytes(gets) <= 1.1 * needed
 
 
+def test_a_rank_of_several_reads_blocks_not_samples(prepared_root, s3_dataset, s3_server):
+    """Each block of the training order is spread over the global batches of both ranks, so rank 0 needs about
+    half of a block's samples, scattered through it: the gaps between them are merged (merge_gap) instead of
+    one GET per one or two samples, and the batches are those read from local disk."""
+
+    def keys(root, options=None):
+        wc = ea.WorkerConfig(rank=0, world_size=2, num_workers=0)
+        ds = ea.get_train_dataset(
+            root, worker_config=wc, batch_size=4, shuffle_buffer_size=10, max_samples_per_sequence=8,
+            task_encoder=RawTE(), repeat=False, storage_options=options,
+        )  # fmt: skip
+        return [list(b.__key__) for b in ea.get_loader(ds)]
+
+    local = keys(prepared_root)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        proxy.reset_counts()
+        assert keys(s3_dataset, _options(proxy.endpoint_url)) == local
+        gets = [r for r in proxy.requests if r[0] == "GET" and r[1].endswith(".tar")]
+    assert sum(len(k) for k in local) == EPOCH // 2
+    assert len(gets) <= EPOCH // 8 // 2  # at most one GET per two blocks of 8 (the samples alone: ~EPOCH / 4)
+
+
 @pytest.mark.parametrize("shuffle_buffer", [0, 10])
 def test_two_workers_fetch_every_byte_once(s3_dataset, s3_server, shuffle_buffer):
     """Batches alternate between workers, so each needs part of every block: the workers plan the same windows,

@@ -44,6 +44,44 @@ def test_overread_budget_is_respected_smallest_gaps_first():
         _covers(plan, shard, offset, size)
 
 
+def test_gaps_up_to_merge_gap_are_merged_whatever_the_budget():
+    # the same ranges: gaps 10, 90, 600 (a rank's share of a block: scattered samples, gaps as large as them)
+    offset = np.array([0, 110, 300, 1000], np.int64)
+    size = np.full(4, 100, np.int64)
+    shard = np.zeros(4, np.int64)
+    for merge_gap, windows in [(0, 4), (10, 3), (89, 3), (90, 2), (600, 1)]:
+        plan = plan_windows(shard, offset, size, 0.0, 1 << 20, merge_gap)
+        assert plan.start.size == windows, merge_gap
+        _covers(plan, shard, offset, size)
+    # across shards nothing merges
+    plan = plan_windows(np.arange(4, dtype=np.int64), offset, size, 0.0, 1 << 20, 1 << 20)
+    assert plan.start.size == 4
+
+
+def test_no_window_crosses_a_held_one():
+    # ranges [0,100) [200,300) [400,500) of shard 0 and [0,100) of shard 1; held: shard 0 [150, 350) (its bytes
+    # came in an earlier window), so [0,100) and [400,500) stay apart although merge_gap would join them
+    shard = np.array([0, 0, 1], np.int64)
+    offset = np.array([0, 400, 0], np.int64)
+    size = np.full(3, 100, np.int64)
+    held = (np.array([0]), np.array([150]), np.array([350]))
+    plan = plan_windows(shard, offset, size, 0.0, 1 << 20, 1 << 20, held)
+    assert sorted(zip(plan.shard.tolist(), plan.start.tolist(), plan.end.tolist())) == [
+        (0, 0, 100), (0, 400, 500), (1, 0, 100)
+    ]  # fmt: skip
+    _covers(plan, shard, offset, size)
+    # a held window elsewhere (another shard, or beyond the ranges) splits nothing
+    for h in [
+        (np.array([1]), np.array([150]), np.array([350])),
+        (np.array([0]), np.array([600]), np.array([700])),
+    ]:
+        plan = plan_windows(shard, offset, size, 0.0, 1 << 20, 1 << 20, h)
+        assert sorted(zip(plan.shard.tolist(), plan.start.tolist(), plan.end.tolist())) == [
+            (0, 0, 500),
+            (1, 0, 100),
+        ]
+
+
 def test_windows_never_span_shards_and_respect_max_window():
     shard = np.repeat(np.arange(3, dtype=np.int64), 50)
     offset = np.tile(np.arange(50, dtype=np.int64) * 1000, 3)
@@ -92,6 +130,8 @@ def test_gap_threshold_and_uses():
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="max_overread"):
         RemoteReadSettings(max_overread=-1)
+    with pytest.raises(ValueError, match="merge_gap"):
+        RemoteReadSettings(merge_gap=-1)
     with pytest.raises(ValueError, match=">= 1"):
         RemoteReadSettings(plan_batches=0)
 
