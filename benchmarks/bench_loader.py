@@ -53,16 +53,17 @@ def _dataset(root: str, shards: int, per_shard: int) -> str:
     return root
 
 
-def _train_dataset(api, root: str, repeat: bool, **kw):
+def _train_dataset(api, root: str, repeat: bool, world_size: int = 1, **kw):
     """Raw-bytes training batches through `api` (energon_arrow or megatron.energon: the same names and
-    arguments), with the benchmark's worker, batch and shuffle settings (`kw`: more get_train_dataset args)."""
+    arguments), with the benchmark's worker, batch and shuffle settings, as rank 0 of `world_size` (`kw`: more
+    get_train_dataset args)."""
 
     class TE(api.DefaultTaskEncoder):
         decoder = None
 
     return api.get_train_dataset(
         root,
-        worker_config=api.WorkerConfig(rank=0, world_size=1, num_workers=WORKERS),
+        worker_config=api.WorkerConfig(rank=0, world_size=world_size, num_workers=WORKERS),
         batch_size=BATCH,
         shuffle_buffer_size=100,
         max_samples_per_sequence=100,
