@@ -162,27 +162,9 @@ class WindowReader:
         mine_nonempty = mine_b & (counts > 0)
         seq_of_batch[mine_nonempty] = self._planned + np.arange(int(mine_nonempty.sum()))
         seq = np.repeat(seq_of_batch, counts)
-        # ranges that a window of the previous group holds (its merged gaps, or the rest of a block), for a
-        # worker that reads that window too, are read from it again instead of fetched twice; every worker
-        # decides this from the previous plan alone, so all of them plan the same new windows
         name_of = np.empty(len(allrows), object)
         inner = np.empty(len(allrows), np.int64)
-        new = np.ones(len(allrows), bool)
-        held = None
-        if self._prev is not None:
-            pg, prev = self._prev
-            pw = prev.windows
-            cov = covering_window(shard, offset, size, pw.shard, pw.start, pw.end)
-            hit = cov >= 0
-            hit[hit] = prev.users[cov[hit], worker[hit]]
-            new = ~hit
-            inner[hit] = offset[hit] - pw.start[cov[hit]]
-            again = last_use(cov[hit & (seq >= 0)], seq[hit & (seq >= 0)], pw.start.size)
-            for w in np.flatnonzero(again >= 0).tolist():
-                held = self._windows[f"{pg}-{w}"]
-                held.last = max(held.last, int(again[w]))
-            name_of[hit] = [f"{pg}-{w}" for w in cov[hit].tolist()]
-            held = (pw.shard, pw.start, pw.end)
+        new, held = self._reuse(shard, offset, size, worker, seq, name_of, inner)
         self._prev = None
         s = self.settings
         if new.any():
@@ -215,6 +197,28 @@ class WindowReader:
             self._batches.append((rows[i], name_of[lo:hi].tolist(), inner[lo:hi], size[lo:hi]))
         self._planned += int(mine_nonempty.sum())
         return True
+
+    def _reuse(self, shard, offset, size, worker, seq, name_of, inner):
+        """Ranges that a window of the previous group holds (its merged gaps, the rest of a block) are read from
+        it again by a worker that reads that window too, instead of being fetched twice: fills `name_of` and
+        `inner` for them and keeps this worker's windows until its last such read. Every worker decides this
+        from the previous plan alone, so all of them plan the same new windows. Returns (the ranges that need
+        new windows, the previous windows as `held` for plan_group, or None)."""
+        if self._prev is None:
+            return np.ones(len(shard), bool), None
+        pg, prev = self._prev
+        pw = prev.windows
+        cov = covering_window(shard, offset, size, pw.shard, pw.start, pw.end)
+        hit = cov >= 0
+        hit[hit] = prev.users[cov[hit], worker[hit]]
+        inner[hit] = offset[hit] - pw.start[cov[hit]]
+        name_of[hit] = [f"{pg}-{w}" for w in cov[hit].tolist()]
+        mine = hit & (seq >= 0)
+        again = last_use(cov[mine], seq[mine], pw.start.size)
+        for w in np.flatnonzero(again >= 0).tolist():
+            kept = self._windows[f"{pg}-{w}"]
+            kept.last = max(kept.last, int(again[w]))
+        return ~hit, (pw.shard, pw.start, pw.end)
 
     def _submit(self, need: int | None) -> None:
         """Start fetching waiting windows in first-use order while the byte budget allows; the windows of
