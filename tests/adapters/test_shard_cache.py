@@ -70,6 +70,27 @@ def test_eviction_keeps_the_cache_under_its_budget(tmp_path, memory_root):
         cache.local_copy(store, "big.tar")
 
 
+def test_eviction_looks_at_the_entries_once_per_256th_of_the_budget(tmp_path, memory_root):
+    """Listing every entry after every fill made a first epoch O(shards^2); the cache now looks after each
+    1/256 of max_bytes filled, so it stays within max_bytes plus that much plus one file."""
+    budget = 256 * 4000  # looks after every 4 fills of 1000 bytes
+    store = _memory_store(memory_root, tmp_path / "c", max_bytes=budget)
+    cache = ShardCache(store.local_cache)
+    looks = []
+    entries = cache.entries
+    cache.entries = lambda: looks.append(1) or entries()
+    for i in range(20):
+        _put(store, f"{i}.tar", bytes([i]) * 1000)
+        cache.local_copy(store, f"{i}.tar")
+    assert len(looks) == 5
+    tight = _memory_store(memory_root, tmp_path / "t", max_bytes=2 * 1000 + 500)  # looks after every fill
+    cache = ShardCache(tight.local_cache)
+    for i in range(20):
+        _put(tight, f"{i}.tar", bytes([i]) * 1000)
+        cache.local_copy(tight, f"{i}.tar")
+        assert sum(size for _, size, _ in cache.entries()) <= 2 * 1000 + 500  # each fill is over 1/256
+
+
 def _flip(path, keep_mtime=False):
     st = os.stat(path)
     with open(path, "r+b") as f:
