@@ -84,20 +84,19 @@ class MediaRows:
         db.execute("ATTACH ? AS old", (f"file:{old_path}?mode=ro",))
         try:
             db.execute("BEGIN")
-            before = db.total_changes
             if keys is None:
-                db.execute("INSERT OR REPLACE INTO media_metadata SELECT * FROM old.media_metadata")
+                cur = db.execute("INSERT OR REPLACE INTO media_metadata SELECT * FROM old.media_metadata")
             else:
                 db.execute(
                     "CREATE TEMP TABLE IF NOT EXISTS wanted (entry_key TEXT PRIMARY KEY) WITHOUT ROWID"
                 )
                 db.execute("DELETE FROM wanted")
                 insert_columns(db, "temp.wanted", [keys], verb="INSERT OR IGNORE")
-                db.execute(
+                cur = db.execute(
                     "INSERT OR REPLACE INTO media_metadata SELECT o.* FROM old.media_metadata o "
                     "JOIN temp.wanted USING (entry_key)"
                 )
-            copied = db.total_changes - before
+            copied = cur.rowcount
             db.execute(
                 "INSERT OR IGNORE INTO media_filters (strategy, patterns, created_at_utc) "
                 "SELECT strategy, patterns, created_at_utc FROM old.media_filters"
