@@ -160,7 +160,9 @@ class MediaLookup:
         )
 
 
-PREPARE_HINT = "Run `energon-arrow prepare --media-metadata-by-...` (a WebDataset) or `energon-arrow prepare-media"
+PREPARE_HINT = (
+    "Run `energon-arrow prepare --media-metadata-by-...` (a WebDataset) or `energon-arrow prepare-media"
+)
 PREPARE_HINT += " --media-metadata-by-...` (a folder) to generate it."
 
 
@@ -180,7 +182,9 @@ def open_media_lookup(storage, rel: str = ".nv-meta/index.sqlite") -> MediaLooku
         try:
             data = storage.read_bytes(rel)
         except NotFound:
-            raise RuntimeError(f"Media metadata database missing at {storage.url_of(rel)}. {PREPARE_HINT}") from None
+            raise RuntimeError(
+                f"Media metadata database missing at {storage.url_of(rel)}. {PREPARE_HINT}"
+            ) from None
         tmp = tempfile.mkdtemp(prefix="ea-media-")
         path = os.path.join(tmp, "index.sqlite")
         with open(path, "wb") as f:

@@ -38,6 +38,8 @@ _FILES_PER_TASK = 64  # folder files per pool task
 
 
 class MediaPass:
+    """The media tables of one prepare_dataset run (module docstring)."""
+
     def __init__(
         self, storage, build: str, media_filter: MediaFilterConfig | None, workers: int, previous: str | None
     ):
@@ -78,12 +80,15 @@ class MediaPass:
             self.rows.carry_over(self.previous, self._keys)
         if self.filter is not None:
             self.rows.add_filter(self.filter.strategy.value, self.filter.stored_patterns)
-        if self.without:
+        if self.without:  # the previous index had media metadata, this prepare none for these shards
             warnings.append(
                 f"the media metadata of {self.without} new or changed shards is missing (the previous index had "
                 "media metadata): run prepare again with --media-metadata-by-... to add it"
             )
         written = self.rows.written
+        if self.filter is None and not written:  # nothing kept (e.g. --force-overwrite): no media tables
+            self.rows.close()
+            return 0
         self.rows.copy_into(index_path)
         return written
 

@@ -220,3 +220,29 @@ def test_prepare_without_the_options_imports_no_media_reader(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=os.getcwd()
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.s3
+def test_media_metadata_on_s3(s3_root, cli):
+    """prepare and prepare-media straight on S3 (ranged reads of the parts, threads), read back by the stores."""
+    from energon_arrow.adapters import open_storage
+    from energon_arrow.loader.filestore import SystemFileStore
+    from energon_arrow.media import AVMetadata
+    from energon_arrow.testing.media import media_samples
+
+    url, options = s3_root
+    storage = open_storage(url, options)
+    storage.write_atomic("ds/shard0.tar", tar_of_samples(media_samples(0)))
+    storage.write_atomic("fs/img/a.png", image_bytes("PNG", (4, 2)))
+    opts = ["--storage-options", __import__("json").dumps(options)]
+    proc = cli("prepare", f"{url}/ds", *PREP[:-1], "2", "--media-metadata-by-extension", *opts)
+    assert proc.returncode == 0 and "Media metadata: 8 files" in proc.stdout, proc.stderr
+    # the index.sqlite of a prepared dataset is downloaded once (a SystemFileStore reads the same table; PartStore's
+    # lookup is the same code, tested locally)
+    md = SystemFileStore(f"{url}/ds", options).get_media_metadata("s0/a003.wav")
+    assert md == AVMetadata(
+        audio_duration=0.5, audio_channels=1, audio_sample_rate=8000, audio_num_samples=4000
+    )
+    proc = cli("prepare-media", f"{url}/fs", "--media-metadata-by-extension", "--no-progress", *opts)
+    assert proc.returncode == 0 and "Stored metadata for 1 files" in proc.stdout, proc.stderr
+    assert SystemFileStore(f"{url}/fs", options).get_media_metadata("img/a.png").width == 4
