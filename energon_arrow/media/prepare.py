@@ -3,8 +3,9 @@
 `MediaPass`: what `prepare_dataset` does for the media tables. With a filter (`--media-metadata-by-...`), the
 candidate parts of every shard read this run go to a `MediaPool` as the shard is merged; shards reused unchanged
 from the previous index keep their previous rows when that index was made with the same filter. Without a filter,
-a previous index's media tables are kept for the unchanged shards (energon keeps them too: it rewrites index.sqlite
-in place). The rows gather in a private SQLite file of the build folder and are added to the new index.sqlite
+the previous index's media rows are kept for every entry that still exists (energon keeps the whole tables: it
+rewrites index.sqlite in place), with a warning when some of them belong to re-indexed shards (their media may have
+changed). The rows gather in a private SQLite file of the build folder and are added to the new index.sqlite
 before it is published.
 
 `prepare_media(storage, media_filter)`: energon's `prepare-media`. On a prepared WebDataset it re-reads the tar
@@ -54,17 +55,15 @@ class MediaPass:
         self.rows = MediaRows(os.path.join(build, "media.sqlite"))
         self.pool = MediaPool(storage, workers) if media_filter is not None else None
         self._keys: list[str] = []
-        self.without = 0  # shards left without media rows (no filter given, shard re-indexed)
+        self.kept_reindexed = 0  # re-indexed shards whose previous rows were kept (no filter given)
 
     def add_shard(self, rel: str, index, unchanged: bool) -> None:
-        if unchanged and self.carry:
+        if self.carry and (unchanged or self.filter is None):
+            self.kept_reindexed += not unchanged
             self._keys.extend(entry_keys(index).to_pylist())
             if len(self._keys) >= _CARRY_BATCH:
                 self.rows.carry_over(self.previous, self._keys)
                 self._keys = []
-            return
-        if self.filter is None:
-            self.without += 1
             return
         names, offsets, sizes = candidates(index, self.filter)
         for rows in self.pool.submit(shard_rows, self.storage, rel, names, offsets, sizes, self.filter):
@@ -80,10 +79,10 @@ class MediaPass:
             self.rows.carry_over(self.previous, self._keys)
         if self.filter is not None:
             self.rows.add_filter(self.filter.strategy.value, self.filter.stored_patterns)
-        if self.without:  # the previous index had media metadata, this prepare none for these shards
+        if self.kept_reindexed:
             warnings.append(
-                f"the media metadata of {self.without} new or changed shards is missing (the previous index had "
-                "media metadata): run prepare again with --media-metadata-by-... to add it"
+                f"kept the previous media metadata of {self.kept_reindexed} re-indexed shards (as energon does); "
+                "if their media changed, run prepare with --media-metadata-by-... to refresh it"
             )
         written = self.rows.written
         if self.filter is None and not written:  # nothing kept (e.g. --force-overwrite): no media tables
