@@ -141,9 +141,15 @@ class Plan:
 def plan_prepare(storage, options: PrepareOptions) -> Plan:
     shards, files = discover_shards(storage, options.exclude)
     if not shards:
+        filesystem = not options.exclude and storage.exists(f"{META_DIR}/{INDEX_SQLITE}")
         raise MetaError(
             f"{storage.url}: no .tar shards found"
             + (f" (after --exclude {options.exclude!r})" if options.exclude else "")
+            + (
+                ": a filesystem dataset (media files and .nv-meta/index.sqlite) is prepared with prepare-media"
+                if filesystem
+                else ""
+            )
         )
     if options.force:
         previous = None

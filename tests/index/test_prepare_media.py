@@ -203,6 +203,10 @@ def test_prepare_media_folder_by_header_and_again(tmp_path, cli):
     )
     assert proc.returncode == 0 and "Stored metadata for 1 files" in proc.stdout
     assert len(_rows(root)) == 5 and _filters(root) == [("HEADER", ""), ("GLOB", "*.gif")]
+    proc = cli(
+        "prepare", root, *PREP
+    )  # energon: "Filesystem datasets must be prepared using 'energon prepare-media'"
+    assert proc.returncode == 1 and "a filesystem dataset" in proc.stderr and "prepare-media" in proc.stderr
     empty = str(tmp_path / "empty")
     os.makedirs(empty)
     proc = cli("prepare-media", empty, "--media-metadata-by-extension", "--no-progress")
