@@ -85,7 +85,7 @@ class MediaPass:
                 "if their media changed, run prepare with --media-metadata-by-... to refresh it"
             )
         written = self.rows.written
-        if self.filter is None and not written:  # nothing kept (e.g. --force-overwrite): no media tables
+        if self.filter is None and not written:  # no entry of the previous rows is left: no media tables
             self.rows.close()
             return 0
         self.rows.copy_into(index_path)
@@ -98,8 +98,14 @@ class MediaPass:
 
 
 def _publish(storage, local: str) -> None:
+    """Replace the dataset's index.sqlite with the file `local` in one step (rename / one PUT)."""
     if storage.is_local:
-        os.replace(local, storage.local_path(SQLITE_REL))
+        final = storage.local_path(SQLITE_REL)
+        if os.path.dirname(os.path.dirname(local)) != os.path.dirname(final):  # built elsewhere (--tmp-path)
+            tmp = f"{final}.tmp-{os.getpid()}"
+            shutil.copyfile(local, tmp)
+            local = tmp
+        os.replace(local, final)
     else:
         with open(local, "rb") as f:
             storage.write_atomic(SQLITE_REL, f.read())
@@ -145,14 +151,12 @@ def prepare_media(
     """energon's `prepare-media` (module docstring). `progress(done, total)` is called as tasks finish. Returns
     the number of media rows written this run."""
     made_meta = False
-    if storage.is_local and not tmp_path:
+    if storage.is_local:
         meta = storage.local_path(META_DIR)
         made_meta = not os.path.isdir(meta)
         os.makedirs(meta, exist_ok=True)
-        parent = meta
-    else:
-        parent = tmp_path or tempfile.gettempdir()
-        os.makedirs(parent, exist_ok=True)
+    parent = tmp_path or (meta if storage.is_local else tempfile.gettempdir())
+    os.makedirs(parent, exist_ok=True)
     build = tempfile.mkdtemp(prefix=".media-build-", dir=parent)
     pool = rows = None
     try:
