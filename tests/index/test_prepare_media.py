@@ -198,14 +198,14 @@ def test_prepare_media_folder_by_header_and_again(tmp_path, cli):
         "sub/c.gif",
     }  # noext: a PNG by header
     # a second run with another filter adds to the rows and filters (energon's prepare-media keeps them)
-    proc = cli(
-        "prepare-media", root, "--media-metadata-by-glob", "*.gif", "--no-progress", "--num-workers", "2"
-    )
+    tmp = str(tmp_path / "tmp")  # built there, copied beside the old file and renamed over it
+    args = ["--media-metadata-by-glob", "*.gif", "--no-progress", "--num-workers", "2", "--tmp-path", tmp]
+    proc = cli("prepare-media", root, *args)
     assert proc.returncode == 0 and "Stored metadata for 1 files" in proc.stdout
     assert len(_rows(root)) == 5 and _filters(root) == [("HEADER", ""), ("GLOB", "*.gif")]
-    proc = cli(
-        "prepare", root, *PREP
-    )  # energon: "Filesystem datasets must be prepared using 'energon prepare-media'"
+    assert os.listdir(tmp) == [] and os.listdir(os.path.join(root, ".nv-meta")) == ["index.sqlite"]
+    # energon: "Filesystem datasets must be prepared using 'energon prepare-media'"
+    proc = cli("prepare", root, *PREP)
     assert proc.returncode == 1 and "a filesystem dataset" in proc.stderr and "prepare-media" in proc.stderr
     empty = str(tmp_path / "empty")
     os.makedirs(empty)
