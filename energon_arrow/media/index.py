@@ -33,15 +33,16 @@ FILTERS_DDL = """
                     UNIQUE(strategy, patterns)
                 )
                 """
-_HAS_TABLE = "SELECT 1 FROM {schema}sqlite_master WHERE type='table' AND name='media_metadata'"
+_HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='media_metadata'"
 
 
 def has_media_tables(path: str) -> bool:
-    """Whether the SQLite file at `path` holds energon's media_metadata table (False when it is not there)."""
+    """Whether the SQLite file at `path` holds energon's two media tables (False when it is not there)."""
     if not os.path.isfile(path):
         return False
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        return db.execute(_HAS_TABLE.format(schema="")).fetchone() is not None
+        sql = "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ('media_metadata', 'media_filters')"
+        return db.execute(sql).fetchone()[0] == 2
 
 
 def read_filters(path: str) -> set[tuple[str, str | None]]:
@@ -150,7 +151,7 @@ class MediaLookup:
         return db
 
     def has_table(self) -> bool:
-        return self._db().execute(_HAS_TABLE.format(schema="")).fetchone() is not None
+        return self._db().execute(_HAS_TABLE).fetchone() is not None
 
     def get(self, key: str) -> tuple[str, str] | None:
         return (
