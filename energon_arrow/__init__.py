@@ -134,7 +134,8 @@ def __getattr__(name):
     if name in (
         "bracecollapse",
         "av",
-    ):  # energon's modules (`from megatron.energon import bracecollapse, av`)
+        "media",
+    ):  # energon's modules (`from megatron.energon import bracecollapse, av, media`)
         import importlib
 
         return importlib.import_module(f"energon_arrow.{name}")

@@ -11,6 +11,7 @@ import click
 SUBCOMMAND_MODULES = [
     "energon_arrow.cli.demo",
     "energon_arrow.cli.prepare",
+    "energon_arrow.cli.prepare_media",
     "energon_arrow.cli.query",
     "energon_arrow.cli.info",
     "energon_arrow.cli.preprocess",

@@ -54,6 +54,34 @@ def _prepare_jsonl(path, storage_options, *dataset_options) -> None:
     click.echo(f"Prepared {path}: {n} samples, index {path[: -len('.jsonl')]}.jsonl.idx")
 
 
+def media_filter_options(fn):
+    """energon's three `--media-metadata-by-...` options (prepare and prepare-media)."""
+    fn = click.option(
+        "--media-metadata-by-extension", is_flag=True, help="Media detection by standard file extensions."
+    )(fn)
+    fn = click.option(
+        "--media-metadata-by-header", is_flag=True, help="Media detection by binary file header."
+    )(fn)
+    return click.option(
+        "--media-metadata-by-glob",
+        metavar="PATTERNS",
+        help="Media detection by using one or more glob patterns such as '*.jpg'. Separate multiple patterns by "
+        "commas.",
+    )(fn)
+
+
+def parse_media_filter(glob, header, extension, required: bool = False):
+    """The MediaFilterConfig of the options (None when none is given and not `required`); usage errors as energon's."""
+    if glob is None and not header and not extension and not required:
+        return None
+    from energon_arrow.media.extract import MediaFilterConfig
+
+    try:
+        return MediaFilterConfig.parse(glob, header, extension)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.command(name="prepare")
 @click.argument("path")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (on stderr).")
@@ -109,6 +137,7 @@ def _prepare_jsonl(path, storage_options, *dataset_options) -> None:
     "joins (join:), file stores (aux:), lookups by key and `energon mount` FAIL without index.sqlite. "
     "`energon-arrow info` and `lint` report the mode.",
 )
+@media_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @storage_options
 @abort_exits_1
@@ -130,6 +159,9 @@ def command(
     tmp_path,
     skip_bad_shards,
     energon_index,
+    media_metadata_by_glob,
+    media_metadata_by_header,
+    media_metadata_by_extension,
     as_json,
     storage_options,
 ):
@@ -160,6 +192,24 @@ def command(
         raise click.UsageError(
             "--no-energon-index applies to a full prepare; --tar-index-only rewrites only the .tar.idx files"
         )
+    media_filter = parse_media_filter(
+        media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension
+    )
+    if media_filter is not None:
+        if tar_index_only:
+            raise click.UsageError("--media-metadata-by-... cannot be combined with --tar-index-only")
+        if str(path).endswith(".yaml"):
+            raise click.ClickException(
+                "Metadatasets cannot store media metadata. Remove --media-metadata-by-... to continue."
+            )
+        if str(path).endswith(".jsonl"):
+            raise click.ClickException(
+                "JSONL datasets do not support media metadata. Remove --media-metadata-by-... to continue."
+            )
+        if not energon_index:
+            raise click.UsageError(
+                "--media-metadata-by-... writes index.sqlite: it cannot be combined with --no-energon-index"
+            )
     if str(path).endswith(".jsonl"):
         _prepare_jsonl(
             path,
@@ -185,6 +235,7 @@ def command(
         dataset_yaml_name=dataset_yaml_name,
         tmp_path=tmp_path,
         energon_index=energon_index,
+        media_filter=media_filter,
     )
     override_loader = False
     if not tar_index_only:

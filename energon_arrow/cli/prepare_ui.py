@@ -108,6 +108,8 @@ def echo_summary(result, as_json: bool) -> None:
         f"{result.parts:,} parts{parts}, {result.bytes / 2**20:,.1f} MiB in {result.seconds:.2f} s "
         f"({rate:,.0f} samples/s)"
     )
+    if result.media:
+        click.echo(f"Media metadata: {result.media:,} files (index.sqlite)")
     if not result.energon_index:
         click.echo(
             "No index.sqlite (--no-energon-index): energon-arrow loads all of this dataset; energon only iterates "

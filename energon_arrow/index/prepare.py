@@ -76,6 +76,9 @@ class PrepareOptions:
     tmp_path: str | None = None  # where index.sqlite is built (default: inside the dataset for local roots)
     shuffle_seed: int = 42
     energon_index: bool = True  # False: no index.sqlite (energon's joins, aux: stores, key lookups fail)
+    media_filter: object = (
+        None  # energon_arrow.media.extract.MediaFilterConfig: media metadata in index.sqlite
+    )
 
 
 @dataclass
@@ -98,6 +101,7 @@ class PrepareResult:
     reused: int = 0  # shards whose rows came from the previous index
     resumed: int = 0  # shards indexed by an interrupted prepare (kept in .nv-meta/.prepare-work)
     energon_index: bool = True  # index.sqlite written
+    media: int = 0  # media metadata rows in index.sqlite (extracted this run or kept from the previous index)
     removed: int = 0  # shards of the previous index that are gone
     bad_shards: list[BadShard] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -137,9 +141,15 @@ class Plan:
 def plan_prepare(storage, options: PrepareOptions) -> Plan:
     shards, files = discover_shards(storage, options.exclude)
     if not shards:
+        filesystem = not options.exclude and storage.exists(f"{META_DIR}/{INDEX_SQLITE}")
         raise MetaError(
             f"{storage.url}: no .tar shards found"
             + (f" (after --exclude {options.exclude!r})" if options.exclude else "")
+            + (
+                ": a filesystem dataset (media files and .nv-meta/index.sqlite) is prepared with prepare-media"
+                if filesystem
+                else ""
+            )
         )
     if options.force:
         previous = None
@@ -233,6 +243,10 @@ def prepare_dataset(
         return tar_index_only(storage, options, result, progress, start)
     if options.split_parts is None and options.split_ratio is None:
         raise MetaError("a split is required: give --split-ratio or --split-parts")
+    if options.media_filter is not None and not options.energon_index:
+        raise MetaError(
+            "media metadata is kept in index.sqlite: it cannot be combined with energon_index=False"
+        )
     plan = plan or plan_prepare(storage, options)
     result.removed = plan.removed
     result.energon_index = options.energon_index
@@ -241,7 +255,7 @@ def prepare_dataset(
     if progress is not None:
         progress.start(len(plan.shards), sum(f.size for f in plan.shards))
     build = build_dir(storage, options.tmp_path)
-    side = scanned = sqlite = upload = remover = None
+    side = scanned = sqlite = upload = remover = media = None
     try:
         if indexer is None:
             scanned = index_shards(storage, plan.to_index, workers, work_entries=plan.work_entries)
@@ -254,6 +268,7 @@ def prepare_dataset(
 
         if options.energon_index:
             sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
+            media = _media_pass(storage, build, options)
         side = SideIndexWriter(build, energon_index=options.energon_index)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
@@ -272,6 +287,8 @@ def prepare_dataset(
                 result.bad_shards.append(BadShard(f.path, str(exc)))
                 continue
             side.add_shard(len(counts), f.path, f.size, f.mtime, f.etag, index)
+            if media is not None:
+                media.add_shard(f.path, index, plan.reuse[f.path])
             counts[f.path] = index.sample_count
             for row in pc.value_counts(index.part_names).to_pylist():
                 part_types[row["values"]] += row["counts"]
@@ -292,6 +309,9 @@ def prepare_dataset(
                 finished.result()
                 sqlite = None
                 files_out[INDEX_SQLITE] = os.path.join(build, INDEX_SQLITE)
+        if media is not None:
+            result.media = media.finish_into(files_out[INDEX_SQLITE], result.warnings)
+            media = None
         if not storage.is_local:  # the largest file goes up while the rest is written; the marker last
             upload = RemoteFolderUpload(storage, META_DIR)
             if INDEX_SQLITE in files_out:
@@ -336,6 +356,8 @@ def prepare_dataset(
             side.abort()
         if sqlite is not None:
             sqlite.abort()
+        if media is not None:
+            media.abort()
         raise
     finally:
         if scanned is not None:
@@ -345,6 +367,21 @@ def prepare_dataset(
             remover.join()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _media_pass(storage, build: str, options: PrepareOptions):
+    """The media tables' part of this prepare (`energon_arrow.media.prepare.MediaPass`), None when there is none:
+    no filter given and no media tables in the previous index (then nothing media-related is imported)."""
+    from energon_arrow.media.index import has_media_tables
+
+    previous = storage.local_path(f"{META_DIR}/{INDEX_SQLITE}") if storage.is_local else None
+    if previous is not None and not has_media_tables(previous):
+        previous = None
+    if options.media_filter is None and previous is None:
+        return None
+    from energon_arrow.media.prepare import MediaPass
+
+    return MediaPass(storage, build, options.media_filter, options.num_workers or default_workers(), previous)
 
 
 def _shard_indexes(storage, plan: Plan, scanned, result: PrepareResult):

@@ -55,13 +55,14 @@ class DuplicateKeyError(ValueError):
 _MAX_VARIABLES = 32766  # SQLite's default limit on bound variables per statement
 
 
-def _values_sql(table: str, rows: int, columns: int) -> str:
+def _values_sql(table: str, rows: int, columns: int, verb: str = "INSERT") -> str:
     row = "(" + ",".join("?" * columns) + ")"
-    return f"INSERT INTO {table} VALUES " + ",".join([row] * rows)
+    return f"{verb} INTO {table} VALUES " + ",".join([row] * rows)
 
 
-def _insert(db, table: str, columns: list[list]) -> None:
-    """Insert rows given as columns with multi-row statements (half the cost of executemany per row)."""
+def insert_columns(db, table: str, columns: list[list], verb: str = "INSERT") -> None:
+    """Insert rows given as columns with multi-row statements (half the cost of executemany per row); `verb`:
+    "INSERT", "INSERT OR REPLACE", ..."""
     n, width = len(columns[0]), len(columns)
     if n == 0:
         return
@@ -69,10 +70,10 @@ def _insert(db, table: str, columns: list[list]) -> None:
     for j, col in enumerate(columns):
         flat[j::width] = col
     step = _MAX_VARIABLES // width
-    full = _values_sql(table, step, width) if n >= step else None
+    full = _values_sql(table, step, width, verb) if n >= step else None
     for start in range(0, n, step):
         rows = min(step, n - start)
-        sql = full if rows == step else _values_sql(table, rows, width)
+        sql = full if rows == step else _values_sql(table, rows, width, verb)
         db.execute(sql, flat[start * width : (start + rows) * width])
 
 
@@ -116,7 +117,7 @@ class IndexSqliteBuilder:
         keys = index.sample_keys.to_pylist()
         db.execute("BEGIN")
         try:
-            _insert(
+            insert_columns(
                 db,
                 "samples",
                 [ids[:n], keys, list(range(n)), index.sample_offsets.tolist(), index.sample_sizes.tolist()],
@@ -124,7 +125,7 @@ class IndexSqliteBuilder:
         except sqlite3.IntegrityError:
             db.execute("ROLLBACK")
             self._raise_duplicate(shard, keys)
-        _insert(
+        insert_columns(
             db,
             "sample_parts",
             [

@@ -27,9 +27,33 @@ from energon_arrow.samples.sample import SourceInfo
 
 class _FileStoreBase(FileStore):
     decoder: PartDecoder | None = None
+    storage: Storage
+    _media = None  # energon_arrow.media.index.MediaLookup, opened on the first get_media_metadata
 
     def _decode(self, name: str, data: bytes) -> Any:
         return data if self.decoder is None else self.decoder.decode(name, data)
+
+    def _has(self, key: str) -> bool:  # whether `key` names a part or file of this store
+        raise NotImplementedError
+
+    def get_media_metadata(self, key: str) -> Any:
+        """The media metadata stored for `key` (`<sample key>.<part>`, or a file's relative path in a folder) by
+        `prepare --media-metadata-by-...` / `prepare-media` (energon's too). RuntimeError when the dataset has
+        none, KeyError when `key` has none."""
+        from energon_arrow.media import deserialize_media_metadata
+        from energon_arrow.media.index import PREPARE_HINT, open_media_lookup
+
+        if self._media is None:
+            self._media = open_media_lookup(self.storage)
+        row = self._media.get(key)
+        if row is None:
+            if self._has(key):
+                raise KeyError(
+                    f"{self.storage.url}: media metadata missing for {key!r} (not media under the filter it was "
+                    f"prepared with?). {PREPARE_HINT}"
+                )
+            raise KeyError(f"{self.storage.url}: no file named {key!r}")
+        return deserialize_media_metadata(*row)
 
 
 class PartStore(_FileStoreBase):
@@ -70,6 +94,12 @@ class PartStore(_FileStoreBase):
 
     def get_path(self) -> str:
         return self.storage.url
+
+    def _has(self, key: str) -> bool:
+        try:
+            return self._row(key) < self._n_parts
+        except LoaderError:
+            return False
 
     def _row(self, key: str) -> int:
         if self._lookup is None:
@@ -135,6 +165,9 @@ class FolderStore(_FileStoreBase):
     def get_path(self) -> str:
         return self.storage.url
 
+    def _has(self, key: str) -> bool:
+        return self.storage.exists(key)
+
     def __getitem__(self, key: str) -> tuple[Any, SourceInfo]:
         from energon_arrow.adapters import NotFound
 
@@ -163,6 +196,11 @@ class SystemFileStore(FolderStore):
 
     def __str__(self) -> str:
         return f"SystemFileStore(base_dir={self.base_dir})"
+
+    def get_media_metadata(self, key: str) -> Any:
+        if self.base_dir is None:
+            raise RuntimeError("Media metadata requires a base directory for SystemFileStore")
+        return super().get_media_metadata(key)
 
 
 def open_file_store(path: Any, storage_options: dict | None = None, decoder: PartDecoder | None = None):

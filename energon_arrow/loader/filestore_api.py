@@ -1,7 +1,8 @@
 """energon's random-access store interface: `FileStore` (abstract: `store[key] -> (data, SourceInfo)`,
 `get(key, sample)`, `get_path()`), `FileStoreDecoder` (abstract `decode(fname, data)`), and the wrappers
 `PrimaryFileStore` (keys starting with '.' get the current sample's key as prefix) and `DecodeFileStore`
-(decodes every item). The concrete stores (prepared dataset, folder, `SystemFileStore`) are in `filestore`."""
+(decodes every item). The concrete stores (prepared dataset, folder, `SystemFileStore`) are in `filestore`.
+`get_media_metadata(key)`: the stored media metadata of a file (energon's; see energon_arrow.media)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ class FileStore(ABC):
 
     @abstractmethod
     def get_path(self) -> str: ...
+
+    def get_media_metadata(self, key: str) -> Any:
+        """The `MediaMetadataBase` (ImageMetadata / AVMetadata) stored for `key` by prepare's media options."""
+        raise NotImplementedError(f"{type(self).__name__} does not support media metadata retrieval")
 
     def get(self, key: str, sample: Any = None) -> Any:
         """The payload of `key`; records where it came from in `sample.__sources__` when given."""
@@ -47,6 +52,9 @@ class FileStoreWrapper(FileStore):
     def get_path(self) -> str:
         return self._inner.get_path()
 
+    def get_media_metadata(self, key: str) -> Any:
+        return self._inner.get_media_metadata(key)
+
 
 class PrimaryFileStore(FileStoreWrapper):
     """`inner`, where a key starting with '.' (a part name) is taken relative to `current_key`."""
@@ -63,6 +71,9 @@ class PrimaryFileStore(FileStoreWrapper):
 
     def get(self, key: str, sample: Any = None) -> Any:
         return self._inner.get(self._key(key), sample)
+
+    def get_media_metadata(self, key: str) -> Any:
+        return self._inner.get_media_metadata(self._key(key))
 
 
 class DecodeFileStore(FileStoreWrapper):

@@ -104,3 +104,70 @@ def audio_bytes(kind: str = "wav", seconds: float = 1.0, sample_rate: int = 8000
         stream.layout = layout
         _encode_audio(container, stream, tone(sample_rate, int(seconds * sample_rate), channels), layout)
     return buf.getvalue()
+
+
+def image_bytes(fmt: str = "PNG", size: tuple[int, int] = (24, 16), mode: str = "RGB") -> bytes:
+    """A flat grey image of (width, height) `size` encoded as `fmt` (a Pillow format name)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new(mode, size, 128 if mode in ("L", "P", "1") else None).save(buf, fmt)
+    return buf.getvalue()
+
+
+def media_samples(shard: int) -> list[tuple[str, dict[str, bytes]]]:
+    """The samples of shard `shard` of a small multimedia WebDataset (media metadata tests): images of several
+    formats and modes (one under an upper-case and one under a dotted part name, one PNG without a media extension),
+    a short mp4 with an audio track, wav and flac audio and text parts."""
+    return [
+        (f"s{shard}/a000", {"jpg": image_bytes("JPEG", (32, 16)), "txt": b"caption"}),
+        (f"s{shard}/a001", {"png": image_bytes("PNG", (24, 24), "RGBA"), "txt": b"x"}),
+        (
+            f"s{shard}/a002",
+            {"seg.webp": image_bytes("WEBP", (7, 9), "L"), "JPG": image_bytes("JPEG", (5, 4))},
+        ),
+        (
+            f"s{shard}/a003",
+            {"mp4": video_bytes("mp4", frames=6, audio_rate=16000), "wav": audio_bytes("wav", 0.5)},
+        ),
+        (
+            f"s{shard}/a004",
+            {
+                "bin": image_bytes("PNG", (3, 3)),
+                "flac": audio_bytes("flac", 0.25),
+                "gif": image_bytes("GIF", (6, 5), "P"),
+            },
+        ),
+    ]
+
+
+def write_media_webdataset(root: str, shards: int = 2) -> None:
+    """`shards` tar shards `shard<i>.tar` of `media_samples(i)` under `root`."""
+    import os
+
+    from energon_arrow.testing.synthetic import tar_of_samples
+
+    os.makedirs(root, exist_ok=True)
+    for i in range(shards):
+        with open(os.path.join(root, f"shard{i}.tar"), "wb") as f:
+            f.write(tar_of_samples(media_samples(i)))
+
+
+def write_media_folder(root: str) -> None:
+    """A plain folder of media files (a filesystem dataset): images in a sub folder too, one PNG without extension,
+    a video, a text file and a broken `.jpg`."""
+    import os
+
+    files = {
+        "a.jpg": image_bytes("JPEG", (10, 20)),
+        "sub/b.PNG": image_bytes("PNG", (3, 4), "LA"),
+        "sub/c.gif": image_bytes("GIF", (6, 6), "P"),
+        "clip.mkv": video_bytes("mkv", frames=5, audio_rate=16000),
+        "noext": image_bytes("PNG", (2, 2)),
+        "notes.txt": b"hello",
+        "bad.jpg": b"not an image",
+    }
+    for rel, data in files.items():
+        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+        with open(os.path.join(root, rel), "wb") as f:
+            f.write(data)

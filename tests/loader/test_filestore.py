@@ -84,3 +84,39 @@ def test_energon_file_store_classes(prepared_root, tmp_path):
     assert decoded[".txt"][0] == (".txt", b"ABC")  # as energon: the decoder sees the key as passed
     parts = ea.PrimaryFileStore(open_file_store(prepared_root), current_key="000002_000007")
     assert parts[".txt"][0].startswith(b"sample 7 of shard 2")
+
+
+def test_get_media_metadata_through_the_wrappers(prepared_root, tmp_path):
+    from energon_arrow.adapters import open_storage
+    from energon_arrow.media import ImageMetadata
+    from energon_arrow.testing.media import image_bytes
+
+    (tmp_path / "k1.png").write_bytes(image_bytes("PNG", (5, 3), "L"))
+    (tmp_path / "k1.txt").write_bytes(b"abc")
+    system = ea.SystemFileStore(str(tmp_path))
+    with pytest.raises(
+        RuntimeError, match=r"Media metadata database missing at .*index.sqlite\. Run `energon-arrow"
+    ):
+        system.get_media_metadata("k1.png")
+    from energon_arrow.media.extract import MediaFilterConfig
+    from energon_arrow.media.prepare import prepare_media
+
+    assert (
+        prepare_media(open_storage(str(tmp_path)), MediaFilterConfig.parse(None, False, True), workers=1) == 1
+    )
+    system = ea.SystemFileStore(str(tmp_path))
+    expected = ImageMetadata(width=5, height=3, format="PNG", mode="L")
+    primary = ea.PrimaryFileStore(system, current_key="k1")
+    assert system.get_media_metadata("k1.png") == primary.get_media_metadata(".png") == expected
+    assert ea.DecodeFileStore(primary, decoder=Upper()).get_media_metadata(".png") == expected
+    with pytest.raises(KeyError, match="media metadata missing for 'k1.txt'"):
+        primary.get_media_metadata(".txt")
+    with pytest.raises(KeyError, match="no file named 'k2.png'"):
+        system.get_media_metadata("k2.png")
+    with pytest.raises(RuntimeError, match="requires a base directory"):
+        ea.SystemFileStore().get_media_metadata(str(tmp_path / "k1.png"))
+    # a dataset prepared without the media options
+    with pytest.raises(
+        RuntimeError, match="Media metadata is not available for the dataset .* --media-metadata-by"
+    ):
+        open_file_store(prepared_root).get_media_metadata("000002_000007.jpg")

@@ -133,3 +133,48 @@ def test_remote_code_needs_trust(memory_root):
         first_batch(url, None)
     batch = first_batch(url, None, trust_remote_code=True)
     assert all(t.endswith("!") for t in batch.text)
+
+
+def test_cookers_read_media_metadata_of_primary_and_aux(tmp_path):
+    """energon's use of media metadata: a cooker asks the primary dataset and an aux folder (prepare-media)."""
+    pytest.importorskip("av")
+    from energon_arrow.adapters import open_storage
+    from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+    from energon_arrow.media.extract import MediaFilterConfig
+    from energon_arrow.media.prepare import prepare_media
+    from energon_arrow.testing.media import image_bytes, write_media_webdataset
+
+    by_extension = MediaFilterConfig.parse(None, False, True)
+    root, folder = str(tmp_path / "ds"), tmp_path / "aux"
+    write_media_webdataset(root, shards=1)
+    prepare_dataset(
+        root, PrepareOptions(split_ratio=[("train", 1.0)], num_workers=1, media_filter=by_extension)
+    )
+    write_dataset_yaml(root, CRUDE_YAML)
+    folder.mkdir()
+    (folder / "logo.png").write_bytes(image_bytes("PNG", (9, 4)))
+    prepare_media(open_storage(str(folder)), by_extension, workers=1)
+
+    @ea.cooker(need_primary=True)
+    def cook(sample, *, primary, media):
+        part = next(p for p in ("jpg", "png", "JPG", "mp4", "gif") if p in sample)
+        md = primary.get_media_metadata(f"{sample['__key__']}.{part}")
+        size = media.get_media_metadata("logo.png")
+        return ea.TextSample(
+            **ea.basic_sample_keys(sample), text=f"{part}:{md.to_dict()}:{size.width}x{size.height}"
+        )
+
+    class TE(ea.DefaultTaskEncoder):
+        decoder = None
+        cookers = [ea.Cooker(cook)]
+
+    mds = tmp_path / "mds.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    path: {root}\n    aux:\n      media: {folder}\n"
+    )
+    texts = first_batch(str(mds), TE(), shuffle_buffer_size=None, max_samples_per_sequence=None).text
+    assert "jpg:{'width': 32, 'height': 16, 'format': 'JPEG', 'mode': 'RGB'}:9x4" in texts
+    assert any(t.startswith("mp4:{'video_duration'") for t in texts) and all(
+        t.endswith(":9x4") for t in texts
+    )

@@ -1,14 +1,14 @@
 """The value types of energon's AV decoding: `AVData` (decoded clips with their timestamps) and `AVMetadata`
-(what a media file's streams hold)."""
+(what a media file's streams hold; defined with the other media metadata in `energon_arrow.media`)."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, ClassVar
-
 import torch
 
+from energon_arrow.media.metadata import AVMetadata
 from energon_arrow.samples.sample import edataclass
+
+__all__ = ["AVData", "AVMetadata"]
 
 
 @edataclass
@@ -21,29 +21,3 @@ class AVData:
     video_timestamps: list[tuple[float, float]] | None
     audio_clips: list[torch.Tensor] | None
     audio_timestamps: list[tuple[float, float]] | None
-
-
-@edataclass
-class AVMetadata:
-    """Metadata of a video or audio file (energon's fields; None where not known or not requested)."""
-
-    metadata_type: ClassVar[str] = "av"
-
-    video_duration: float | None = None
-    video_num_frames: int | None = None
-    video_fps: float | None = None
-    video_width: int | None = None
-    video_height: int | None = None
-
-    audio_duration: float | None = None
-    audio_channels: int | None = None
-    audio_sample_rate: int | None = None
-    audio_num_samples: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields that are set, as a JSON-able dict."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-    @classmethod
-    def from_dict(cls, payload: dict[str, Any]) -> AVMetadata:
-        return cls(**payload)
