@@ -74,7 +74,7 @@ def parse_media_filter(glob, header, extension, required: bool = False):
     """The MediaFilterConfig of the options (None when none is given and not `required`); usage errors as energon's."""
     if glob is None and not header and not extension and not required:
         return None
-    from energon_arrow.media.extract import MediaFilterConfig
+    from energon_arrow.index.media_extract import MediaFilterConfig
 
     try:
         return MediaFilterConfig.parse(glob, header, extension)

@@ -41,8 +41,8 @@ def command(
     .nv-meta/index.sqlite: of every media part of a prepared WebDataset, or of every media file below a plain
     folder (a filesystem dataset, for SystemFileStore(base_dir)). Exactly one --media-metadata-by-... option."""
     from energon_arrow.adapters import open_storage
+    from energon_arrow.index.media_prepare import prepare_media
     from energon_arrow.index.workers import default_workers
-    from energon_arrow.media.prepare import prepare_media
     from energon_arrow.meta import info_exists
 
     media_filter = parse_media_filter(

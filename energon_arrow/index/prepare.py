@@ -77,7 +77,7 @@ class PrepareOptions:
     shuffle_seed: int = 42
     energon_index: bool = True  # False: no index.sqlite (energon's joins, aux: stores, key lookups fail)
     media_filter: object = (
-        None  # energon_arrow.media.extract.MediaFilterConfig: media metadata in index.sqlite
+        None  # energon_arrow.index.media_extract.MediaFilterConfig: media metadata in index.sqlite
     )
 
 
@@ -370,16 +370,16 @@ def prepare_dataset(
 
 
 def _media_pass(storage, build: str, options: PrepareOptions):
-    """The media tables' part of this prepare (`energon_arrow.media.prepare.MediaPass`), None when there is none:
+    """The media tables' part of this prepare (`energon_arrow.index.media_prepare.MediaPass`), None when there is none:
     no filter given and no media tables in the previous index (then nothing media-related is imported)."""
-    from energon_arrow.media.index import has_media_tables
+    from energon_arrow.index.media_tables import has_media_tables
 
     previous = storage.local_path(f"{META_DIR}/{INDEX_SQLITE}") if storage.is_local else None
     if previous is not None and not has_media_tables(previous):
         previous = None
     if options.media_filter is None and previous is None:
         return None
-    from energon_arrow.media.prepare import MediaPass
+    from energon_arrow.index.media_prepare import MediaPass
 
     return MediaPass(storage, build, options.media_filter, options.num_workers or default_workers(), previous)
 

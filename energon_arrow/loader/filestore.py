@@ -28,7 +28,7 @@ from energon_arrow.samples.sample import SourceInfo
 class _FileStoreBase(FileStore):
     decoder: PartDecoder | None = None
     storage: Storage
-    _media = None  # energon_arrow.media.index.MediaLookup, opened on the first get_media_metadata
+    _media = None  # energon_arrow.index.media_tables.MediaLookup, opened on the first get_media_metadata
 
     def _decode(self, name: str, data: bytes) -> Any:
         return data if self.decoder is None else self.decoder.decode(name, data)
@@ -40,8 +40,8 @@ class _FileStoreBase(FileStore):
         """The media metadata stored for `key` (`<sample key>.<part>`, or a file's relative path in a folder) by
         `prepare --media-metadata-by-...` / `prepare-media` (energon's too). RuntimeError when the dataset has
         none, KeyError when `key` has none."""
+        from energon_arrow.index.media_tables import PREPARE_HINT, open_media_lookup
         from energon_arrow.media import deserialize_media_metadata
-        from energon_arrow.media.index import PREPARE_HINT, open_media_lookup
 
         if self._media is None:
             self._media = open_media_lookup(self.storage)

@@ -15,8 +15,8 @@ import zlib
 import pytest
 
 from energon_arrow.cli.main import main
-from energon_arrow.media.extract import MediaFilterConfig
-from energon_arrow.media.metadata import ImageMetadata, MediaMetadataType
+from energon_arrow.index.media_extract import MediaFilterConfig
+from energon_arrow.index.media_metadata import ImageMetadata, MediaMetadataType
 from energon_arrow.testing.media import image_bytes, write_media_folder
 from energon_arrow.testing.synthetic import tar_of_samples
 
@@ -178,7 +178,7 @@ def test_bad_media_is_named_and_nothing_is_published(tmp_path, cli):
 
 
 def _has_media(root) -> bool:
-    from energon_arrow.media.index import has_media_tables
+    from energon_arrow.index.media_tables import has_media_tables
 
     return has_media_tables(os.path.join(root, ".nv-meta", "index.sqlite"))
 
@@ -222,7 +222,7 @@ def test_prepare_without_the_options_imports_no_media_reader(tmp_path):
     code = (
         "import sys; from energon_arrow.index.prepare import prepare_dataset, PrepareOptions; "
         f"prepare_dataset({root!r}, PrepareOptions(split_ratio=[('train', 1.0)], num_workers=1)); "
-        "print(sorted(m for m in ('PIL', 'av', 'filetype', 'energon_arrow.media.extract') if m in sys.modules))"
+        "print(sorted(m for m in ('PIL', 'av', 'filetype', 'energon_arrow.index.media_extract') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=os.getcwd()

@@ -98,8 +98,8 @@ def test_get_media_metadata_through_the_wrappers(prepared_root, tmp_path):
         RuntimeError, match=r"Media metadata database missing at .*index.sqlite\. Run `energon-arrow"
     ):
         system.get_media_metadata("k1.png")
-    from energon_arrow.media.extract import MediaFilterConfig
-    from energon_arrow.media.prepare import prepare_media
+    from energon_arrow.index.media_extract import MediaFilterConfig
+    from energon_arrow.index.media_prepare import prepare_media
 
     assert (
         prepare_media(open_storage(str(tmp_path)), MediaFilterConfig.parse(None, False, True), workers=1) == 1

@@ -139,9 +139,9 @@ def test_cookers_read_media_metadata_of_primary_and_aux(tmp_path):
     """energon's use of media metadata: a cooker asks the primary dataset and an aux folder (prepare-media)."""
     pytest.importorskip("av")
     from energon_arrow.adapters import open_storage
+    from energon_arrow.index.media_extract import MediaFilterConfig
+    from energon_arrow.index.media_prepare import prepare_media
     from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
-    from energon_arrow.media.extract import MediaFilterConfig
-    from energon_arrow.media.prepare import prepare_media
     from energon_arrow.testing.media import image_bytes, write_media_webdataset
 
     by_extension = MediaFilterConfig.parse(None, False, True)

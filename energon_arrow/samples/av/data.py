@@ -1,11 +1,11 @@
 """The value types of energon's AV decoding: `AVData` (decoded clips with their timestamps) and `AVMetadata`
-(what a media file's streams hold; defined with the other media metadata in `energon_arrow.media`)."""
+(what a media file's streams hold; defined with the other media metadata in index/media_metadata.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from energon_arrow.media.metadata import AVMetadata
+from energon_arrow.index.media_metadata import AVMetadata
 from energon_arrow.samples.sample import edataclass
 
 __all__ = ["AVData", "AVMetadata"]

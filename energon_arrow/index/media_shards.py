@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from energon_arrow.media.extract import MediaError, MediaFilterConfig, MediaFilterStrategy, part_stream
-from energon_arrow.media.metadata import serialize_media_metadata
+from energon_arrow.index.media_extract import MediaError, MediaFilterConfig, MediaFilterStrategy, part_stream
+from energon_arrow.index.media_metadata import serialize_media_metadata
 from energon_arrow.tar.arrow import from_numpy
 
 Rows = tuple[list[str], list[str], list[str]]

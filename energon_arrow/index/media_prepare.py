@@ -21,9 +21,8 @@ import os
 import shutil
 import tempfile
 
-from energon_arrow.media.extract import MediaFilterConfig
-from energon_arrow.media.index import MediaRows, read_filters
-from energon_arrow.media.shards import (
+from energon_arrow.index.media_extract import MediaFilterConfig
+from energon_arrow.index.media_shards import (
     MediaPool,
     candidates,
     entry_keys,
@@ -31,6 +30,7 @@ from energon_arrow.media.shards import (
     indexed_shard_rows,
     shard_rows,
 )
+from energon_arrow.index.media_tables import MediaRows, read_filters
 from energon_arrow.meta.constants import INDEX_SQLITE, META_DIR
 
 SQLITE_REL = f"{META_DIR}/{INDEX_SQLITE}"

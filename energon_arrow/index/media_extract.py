@@ -18,7 +18,7 @@ from enum import Enum
 from fnmatch import translate
 from typing import BinaryIO
 
-from energon_arrow.media.metadata import ImageMetadata, MediaMetadataBase, MediaMetadataType
+from energon_arrow.index.media_metadata import ImageMetadata, MediaMetadataBase, MediaMetadataType
 
 IMAGE_EXTENSIONS = frozenset(
     {"bmp", "gif", "ico", "j2k", "jp2", "jpx", "jpeg", "jpg", "png", "tif", "tiff", "webp"}
