@@ -137,9 +137,11 @@ class SampleReader:
 
 class CachedShardReader(SampleReader):
     """Samples of remote shards read from node-local copies (adapters.shard_cache), fetched whole on first use;
-    announced batches have their shards fetched in the background."""
+    announced batches have their shards fetched in the background, `fill_threads` shards at once (as many as the
+    window reader's GETs in flight: with 2 the first epoch ran 19.7-26.4k samples/s on the loader benchmark's
+    data, with 8 23.2-32.0k, alternating, load 3.5)."""
 
-    def __init__(self, src: SplitSource, max_fds: int = 128, fill_threads: int = 2):
+    def __init__(self, src: SplitSource, max_fds: int = 128, fill_threads: int = 8):
         super().__init__(src, max_fds)
         self.local = True  # reads go to the local copies
         self.cache = ShardCache(src.storage.local_cache)
