@@ -39,7 +39,8 @@ class RemoteReadSettings:
     `byte_budget`: bytes of windows fetched or held at once (per worker, per dataset); `max_overread`: unneeded
     bytes a plan may fetch, as a fraction of the needed bytes; `merge_gap`: gaps merged whatever that budget (one
     more GET costs more than reading them: ~0.9 CPU-ms of client and server per GET on loopback SeaweedFS
-    against ~2 CPU-ms per MB read, i.e. ~0.4 MB; 20-50 ms to the first byte on cloud object stores); `max_window`: the span of one GET;
+    against ~2 CPU-ms per MB read, i.e. ~0.4 MB; 20-50 ms to the first byte on cloud object stores);
+    `max_window`: the span of one GET;
     `first_plan_batches` / `plan_batches`: batches per worker planned together (windows never span two plans):
     the first group is small, so the first batch waits only for small windows; the next ones hold up to
     `plan_batches` per worker, `plan_samples` samples of all workers and the byte budget's worth of samples
