@@ -77,3 +77,22 @@ def any_storage(any_root):
     storage = open_storage(url, options)
     storage.makedirs("")
     return storage
+
+
+@pytest.fixture
+def cli(capsys):
+    """`energon-arrow ARGS` in-process through the entry point: (exit code, stdout, stderr)."""
+    import subprocess
+
+    from energon_arrow.cli.main import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        code = 0
+        try:
+            main([*args])
+        except SystemExit as exc:
+            code = exc.code or 0
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run

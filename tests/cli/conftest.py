@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from energon_arrow.cli.main import main
 from energon_arrow.testing.lint_data import write_lint_webdataset
 from tests.reference import energon_prepare
 
 # shard 0 sample 3: a JPEG cut short; shard 1 sample 5: JSON with a syntax error
 BROKEN = {(0, 3): "jpg", (1, 5): "json"}
 FIELD_MAP = '{"image": "jpg", "caption": "json[caption]"}'
-
-
-@pytest.fixture
-def cli(capsys):
-    """`energon-arrow ARGS` in-process through the entry point: (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        code = 0
-        try:
-            main([*args])
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
 
 
 @pytest.fixture(scope="session")

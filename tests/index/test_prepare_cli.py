@@ -1,6 +1,5 @@
 import json
 import os
-import subprocess
 import uuid
 
 import pytest
@@ -8,24 +7,13 @@ import yaml
 from click.testing import CliRunner
 
 from energon_arrow.cli import prepare as prepare_cli
-from energon_arrow.cli.main import main
 from energon_arrow.testing.synthetic import shard_bytes, write_webdataset
 
 
 @pytest.fixture
-def cli(capsys):
-    """Run `energon-arrow prepare ARGS` in-process through the CLI entry point (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        code = 0
-        try:
-            main(["prepare", *args])
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
+def cli(cli):
+    """Run `energon-arrow prepare ARGS` in-process (the suite's `cli` fixture with the subcommand)."""
+    return lambda *args: cli("prepare", *args)
 
 
 def test_cli_json_summary_and_dataset_yaml(tmp_path, cli):

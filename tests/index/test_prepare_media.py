@@ -14,26 +14,10 @@ import zlib
 
 import pytest
 
-from energon_arrow.cli.main import main
 from energon_arrow.index.media_extract import MediaFilterConfig
 from energon_arrow.index.media_metadata import ImageMetadata, MediaMetadataType
 from energon_arrow.testing.media import image_bytes, write_media_folder
 from energon_arrow.testing.synthetic import tar_of_samples
-
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args: str) -> subprocess.CompletedProcess:
-        code = 0
-        try:
-            main([*args])
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
-
 
 PREP = ["--non-interactive", "--split-ratio", "1,0,0", "--no-progress", "--num-workers", "1"]
 
