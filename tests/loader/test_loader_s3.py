@@ -104,13 +104,14 @@ def test_few_large_gets_and_no_overread(prepared_root, s3_dataset, s3_server):
         assert needed <= _range_bytes(gets) <= 1.1 * needed
 
 
-def test_a_rank_of_several_reads_blocks_not_samples(prepared_root, s3_dataset, s3_server):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_rank_of_several_reads_blocks_not_samples(prepared_root, s3_dataset, s3_server, workers):
     """Each block of the training order is spread over the global batches of both ranks, so rank 0 needs about
     half of a block's samples, scattered through it: the gaps between them are merged (merge_gap) instead of
     one GET per one or two samples, and the batches are those read from local disk."""
 
     def keys(root, options=None):
-        wc = ea.WorkerConfig(rank=0, world_size=2, num_workers=0)
+        wc = ea.WorkerConfig(rank=0, world_size=2, num_workers=workers)
         ds = ea.get_train_dataset(
             root, worker_config=wc, batch_size=4, shuffle_buffer_size=10, max_samples_per_sequence=8,
             task_encoder=RawTE(), repeat=False, storage_options=options,
