@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from energon_arrow.loader.errors import FatalSampleError, LoaderError
+from energon_arrow.loader.filestore_api import PrimaryFileStore, decoded_stores
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
 from energon_arrow.loader.worker_config import WorkerConfig
@@ -88,11 +89,17 @@ def _keywords(cook) -> tuple[bool, frozenset]:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), frozenset(params)
 
 
-def cook_kwargs(cook, source: SplitSource, cache_pool: Any = None) -> dict:
+def cook_kwargs(cook, source: SplitSource, cache_pool: Any = None, view: Any = None) -> dict:
     """The aux stores (and `primary`, and the loader's `cache` pool for need_cache) a cook function asks for by
-    keyword."""
+    keyword; `view(source)` gives the source's stores as cookers see them (decoding, see `decoded_stores`)."""
     takes_all, params = _keywords(cook)
-    kwargs = {k: v for k, v in source.aux.items() if takes_all or k in params}
+    wants_primary = "primary" in params or get_cooker_need_primary(cook)
+    if wants_primary and "primary" not in source.aux:
+        from energon_arrow.loader.filestore import PartStore
+
+        source.aux["primary"] = PartStore(source.storage)
+    stores = source.aux if view is None else view(source)
+    kwargs = {k: v for k, v in stores.items() if k != "primary" and (takes_all or k in params)}
     if get_cooker_need_cache(cook):
         if cache_pool is None:
             raise LoaderError(
@@ -100,12 +107,8 @@ def cook_kwargs(cook, source: SplitSource, cache_pool: Any = None) -> dict:
                 "cache_pool=FileStoreCachePool(...) or NoCachePool() to get_loader / get_savable_loader"
             )
         kwargs["cache"] = cache_pool
-    if "primary" in params or get_cooker_need_primary(cook):
-        from energon_arrow.loader.filestore import PartStore
-
-        if "primary" not in source.aux:
-            source.aux["primary"] = PartStore(source.storage)
-        kwargs["primary"] = source.aux["primary"]
+    if wants_primary:
+        kwargs["primary"] = stores["primary"]
     return kwargs
 
 
@@ -172,7 +175,16 @@ class TaskHooks:
                     )
         default_tolerance = getattr(te, "__default_failure_tolerance__", None)
         self._counters: dict[str, ErrorCounter] = {}
+        self._aux_views: dict[tuple[int, int], dict] = {}
         self._tolerance = lambda fn: get_failure_tolerance(fn, default_tolerance)
+
+    def _stores(self, source: SplitSource) -> dict:
+        """`source`'s aux stores (and primary) decoding with the task encoder's decoder, made once per source."""
+        key = (id(source), len(source.aux))  # primary is added to source.aux on first use
+        views = self._aux_views.get(key)
+        if views is None:
+            views = self._aux_views[key] = decoded_stores(source.aux, getattr(self.te, "decoder", None))
+        return views
 
     @property
     def generates(self) -> bool:
@@ -228,9 +240,11 @@ class TaskHooks:
             cooker = select_cooker(
                 self.cookers, sample.get("__subflavors__"), f"{source.name} {sample['__key__']!r}"
             )
-            aux = cook_kwargs(cooker.cook, source, self.cache_pool)
+            aux = cook_kwargs(cooker.cook, source, self.cache_pool, self._stores)
             cook = getattr(te, "cook_crude_sample", None)
             if cook is None:
+                if "primary" in aux:
+                    aux["primary"] = PrimaryFileStore(aux["primary"], current_key=sample["__key__"])
                 samples = self._call("cook", cooker.cook, sample, seed, index, **aux)
             else:
                 samples = self._call(
