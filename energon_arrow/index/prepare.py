@@ -76,6 +76,7 @@ class PrepareOptions:
     tmp_path: str | None = None  # where index.sqlite is built (default: inside the dataset for local roots)
     shuffle_seed: int = 42
     energon_index: bool = True  # False: no index.sqlite (energon's joins, aux: stores, key lookups fail)
+    shards: list[str] | None = None  # only these relative shard paths (energon's prepare_dataset `paths`)
 
 
 @dataclass
@@ -136,6 +137,14 @@ class Plan:
 
 def plan_prepare(storage, options: PrepareOptions) -> Plan:
     shards, files = discover_shards(storage, options.exclude)
+    if options.shards is not None:
+        found = {f.path: f for f in shards}
+        missing = [p for p in options.shards if p not in found]
+        if missing:
+            raise MetaError(f"{storage.url}: no such .tar shards: {missing[:5]}")
+        shards = [
+            found[p] for p in dict.fromkeys(options.shards)
+        ]  # in the given order, as energon numbers them
     if not shards:
         raise MetaError(
             f"{storage.url}: no .tar shards found"
