@@ -176,7 +176,18 @@ class TaskHooks:
         default_tolerance = getattr(te, "__default_failure_tolerance__", None)
         self._counters: dict[str, ErrorCounter] = {}
         self._aux_views: dict[tuple[int, int], dict] = {}
+        self.restoring = False  # True while hooks re-make samples to restore them (see `restoring_samples`)
         self._tolerance = lambda fn: get_failure_tolerance(fn, default_tolerance)
+
+    @contextlib.contextmanager
+    def restoring_samples(self):
+        """Hooks re-run to restore samples (`restore_sample`, the waiting samples of a saved state): their
+        failures go to `worker_config.restore_error_handler` (default: re-raise), as in energon."""
+        saved, self.restoring = self.restoring, True
+        try:
+            yield
+        finally:
+            self.restoring = saved
 
     def _stores(self, source: SplitSource) -> dict:
         """`source`'s aux stores (and primary) decoding with the task encoder's decoder, made once per source."""
@@ -212,7 +223,8 @@ class TaskHooks:
         except LoaderError:
             raise  # a configuration error of ours, not a bad sample
         except Exception as exc:
-            counter.failed(exc, arg, self.worker_config.global_error_handler)
+            wc = self.worker_config
+            counter.failed(exc, arg, wc.restore_error_handler if self.restoring else wc.global_error_handler)
             return []
         finally:
             WorkerConfig.active_worker_config, WorkerConfig.index_override, WorkerConfig._cache_pool = outer

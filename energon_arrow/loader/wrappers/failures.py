@@ -2,14 +2,17 @@
 
 A failing function call is handed to the worker config's `global_error_handler` (default: log it) and the sample
 is dropped; `SkipSample` drops it silently; `tolerance` failures in a row raise `FatalSampleError` (0: never).
+While a wrapper re-makes a sample for `restore_sample`, failures go to `restore_error_handler` instead
+(`restore_guarded`, energon's handle_restore_errors: default re-raise; when the handler returns, the item is None).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from energon_arrow.samples.errors import SkipSample, log_exception
+from energon_arrow.samples.errors import SkipSample, log_exception, reraise_exception
 
 
 class FatalSampleError(RuntimeError):
@@ -48,3 +51,23 @@ class ErrorContext:
                     f"{self.name} failed {self.failures} times in a row; likely the code or the dataset is "
                     f"broken (last: {exc!r})"
                 ) from exc
+
+
+def restore_guarded(worker_config, sample: Any, make: Callable[[], Any]) -> Any:
+    """`make()`, the re-made item of `sample`; a failure goes to `worker_config.restore_error_handler` (an
+    unexpected SkipSample as a ValueError; system exceptions stay fatal) and the item is None if it returns."""
+    from energon_arrow.loader.hooks import SYSTEM_EXCEPTIONS
+
+    handler = getattr(worker_config, "restore_error_handler", None) or reraise_exception
+    try:
+        return make()
+    except SkipSample as exc:
+        try:
+            raise ValueError(f"unexpected SkipSample while restoring {type(sample).__name__}") from exc
+        except ValueError as err:
+            handler(err, sample, _sources(sample))
+    except (FatalSampleError, GeneratorExit, KeyboardInterrupt, SystemExit, *SYSTEM_EXCEPTIONS):
+        raise
+    except Exception as exc:
+        handler(exc, sample, _sources(sample))
+    return None

@@ -67,6 +67,27 @@ def test_map_generator_skip_and_failures(val, caplog):
         list(ea.MapDataset(val, always_fail, failure_tolerance=3, worker_config=wc()))
 
 
+def test_restore_failures_go_to_the_restore_error_handler(val):
+    """energon's contract: a map function failing while a sample is restored goes to restore_error_handler
+    (default: re-raise); a handler that returns makes the restored item None."""
+    state = {"fail": False}
+
+    def fn(s):
+        if state["fail"]:
+            raise ValueError("broken on restore")
+        return s
+
+    key = next(iter(ea.MapDataset(val, fn, stateless_map_fn=True, worker_config=wc()))).__restore_key__
+    state["fail"] = True
+    with pytest.raises(ValueError, match="broken on restore"):
+        ea.MapDataset(val, fn, stateless_map_fn=True, worker_config=wc()).restore_sample(key)
+    seen = []
+    config = wc()
+    config.restore_error_handler = lambda exc, sample, sources: seen.append((str(exc), sample.__key__))
+    assert ea.MapDataset(val, fn, stateless_map_fn=True, worker_config=config).restore_sample(key) is None
+    assert seen == [("broken on restore", VAL_KEYS[0])]
+
+
 def test_filter(val):
     ds = ea.FilterDataset(val, filter_fn=lambda s: s.__key__.endswith("0"), worker_config=wc())
     assert _keys(ds) == [k for k in VAL_KEYS if k.endswith("0")]
