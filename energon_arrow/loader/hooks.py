@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from energon_arrow.loader.errors import FatalSampleError, LoaderError
+from energon_arrow.loader.errors import SYSTEM_EXCEPTIONS, FatalSampleError, LoaderError
 from energon_arrow.loader.filestore_api import PrimaryFileStore, decoded_stores
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
@@ -37,21 +37,6 @@ from energon_arrow.samples.batch import batch_samples
 from energon_arrow.samples.cookers import get_cooker_need_cache, get_cooker_need_primary, select_cooker
 from energon_arrow.samples.errors import SkipSample, describe_sample
 from energon_arrow.samples.stateless import get_failure_tolerance
-
-# exceptions energon never hands to the error handler: they mean the code, not the sample, is broken
-SYSTEM_EXCEPTIONS = (
-    SystemError,
-    SyntaxError,
-    ImportError,
-    StopIteration,
-    StopAsyncIteration,
-    MemoryError,
-    RecursionError,
-    ReferenceError,
-    NameError,
-    UnboundLocalError,
-    FatalSampleError,
-)
 
 
 def sources_of(sample: Any) -> list | None:

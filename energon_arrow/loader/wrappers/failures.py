@@ -12,11 +12,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
+from energon_arrow.loader.errors import SYSTEM_EXCEPTIONS, FatalSampleError
 from energon_arrow.samples.errors import SkipSample, log_exception, reraise_exception
-
-
-class FatalSampleError(RuntimeError):
-    """Too many consecutive failures of one user function: the code or the data is likely broken."""
 
 
 def _sources(sample: Any) -> list | None:
@@ -39,10 +36,12 @@ class ErrorContext:
         try:
             yield
             self.failures = 0
-        except (GeneratorExit, KeyboardInterrupt, SystemExit, MemoryError):
+        except (GeneratorExit, KeyboardInterrupt, SystemExit, FatalSampleError):
             raise
         except SkipSample:
             pass
+        except SYSTEM_EXCEPTIONS as exc:  # the code is broken, not the sample: never handled (as in energon)
+            raise FatalSampleError(f"{self.name} failed with a system exception: {exc!r}") from exc
         except Exception as exc:
             self.handler(exc, sample, _sources(sample))
             self.failures += 1
@@ -56,8 +55,6 @@ class ErrorContext:
 def restore_guarded(worker_config, sample: Any, make: Callable[[], Any]) -> Any:
     """`make()`, the re-made item of `sample`; a failure goes to `worker_config.restore_error_handler` (an
     unexpected SkipSample as a ValueError; system exceptions stay fatal) and the item is None if it returns."""
-    from energon_arrow.loader.hooks import SYSTEM_EXCEPTIONS
-
     handler = getattr(worker_config, "restore_error_handler", None) or reraise_exception
     try:
         return make()

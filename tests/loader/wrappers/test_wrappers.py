@@ -66,6 +66,19 @@ def test_map_generator_skip_and_failures(val, caplog):
     with pytest.raises(FatalSampleError, match="3 times in a row"):
         list(ea.MapDataset(val, always_fail, failure_tolerance=3, worker_config=wc()))
 
+    # never handled (energon's contract): the user's FatalSampleError (one class, also `ea.FatalSampleError`),
+    # and system exceptions such as a NameError (a bug, not a bad sample)
+    def stop(s):
+        raise ea.FatalSampleError.from_sample(s, "Critical corruption detected")
+
+    def bug(s):
+        raise NameError("name 'x' is not defined")
+
+    with pytest.raises(FatalSampleError, match=r"Sample .*000003_0+\d+.* failed: Critical corruption detected"):
+        list(ea.MapDataset(val, stop, worker_config=wc()))
+    with pytest.raises(FatalSampleError, match="system exception: NameError"):
+        list(ea.MapDataset(val, bug, worker_config=wc()))
+
 
 def test_restore_failures_go_to_the_restore_error_handler(val):
     """energon's contract: a map function failing while a sample is restored goes to restore_error_handler
