@@ -74,7 +74,9 @@ def test_map_generator_skip_and_failures(val, caplog):
     def bug(s):
         raise NameError("name 'x' is not defined")
 
-    with pytest.raises(FatalSampleError, match=r"Sample .*000003_0+\d+.* failed: Critical corruption detected"):
+    with pytest.raises(
+        FatalSampleError, match=r"Sample .*000003_0+\d+.* failed: Critical corruption detected"
+    ):
         list(ea.MapDataset(val, stop, worker_config=wc()))
     with pytest.raises(FatalSampleError, match="system exception: NameError"):
         list(ea.MapDataset(val, bug, worker_config=wc()))
