@@ -18,6 +18,8 @@ _LOADER_EXPORTS = {
     "AugmentTaskEncoder": "energon_arrow.loader.energon_api",
     "get_val_datasets": "energon_arrow.loader.energon_api",
     "SavableDataLoader": "energon_arrow.loader.energon_api",
+    # energon's error_handling guide imports it from the top level (energon 7.4.1 has it only in .errors)
+    "FatalSampleError": "energon_arrow.loader.errors",
     **{
         name: "energon_arrow.loader.cache_pool"
         for name in (

@@ -36,3 +36,13 @@ def test_bracecollapse_module():
     short = collapse(names)
     assert sorted(x for p in short for x in expand_braces(p)) == sorted(names)
     assert "s/a{001..003}.tar" in short and len(short) <= len(energon_collapse(names))
+
+
+def test_errors_module():
+    """`megatron.energon.errors` is where energon 7.4.1 code imports FatalSampleError from."""
+    import megatron.energon.errors as energon_errors
+
+    import energon_arrow.errors as errors
+
+    assert errors.FatalSampleError is ea.FatalSampleError and errors.SkipSample is ea.SkipSample
+    assert all(hasattr(energon_errors, name) for name in errors.__all__)

@@ -26,7 +26,7 @@ from energon_arrow.adapters.msc import MSC_PREFIX, resolve_msc_url
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
 from energon_arrow.adapters.shard_cache import parse_cache_option
 from energon_arrow.adapters.stream import LocalStream, PrefetchReader
-from energon_arrow.adapters.urls import join_path, parse_url, path_text
+from energon_arrow.adapters.urls import DSS_PREFIX, join_path, parse_url, path_text, resolve_dss_url
 
 
 class Storage(Backends):
@@ -51,6 +51,8 @@ class Storage(Backends):
         if storage_options is None:  # a path object may carry its options (energon_arrow.epathlib.EPath)
             storage_options = getattr(url, "storage_options", None)
         url = path_text(url)
+        if url.startswith(DSS_PREFIX):
+            url = resolve_dss_url(url)
         if url.startswith(MSC_PREFIX):
             url, storage_options = resolve_msc_url(url, storage_options)
         self._parsed = parse_url(url)

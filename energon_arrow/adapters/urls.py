@@ -38,6 +38,22 @@ def path_text(path) -> str:
     raise TypeError(f"expected a path or URL (str, os.PathLike or EPath), got {type(path).__name__}")
 
 
+DSS_PREFIX = "dss://"
+
+
+def resolve_dss_url(url: str) -> str:
+    """energon's `dss://NAME@VERSION/PATH`: PATH inside version VERSION of dataset NAME in the NVIDIA dataset
+    cache, i.e. `$NVDATASET_CACHE_DIR/NAME/VERSION/PATH` (the cache root is a local folder or a URL)."""
+    dataset, _, path = url[len(DSS_PREFIX) :].partition("/")
+    name, at, version = dataset.rpartition("@")
+    if not (at and name and version):
+        raise ValueError(f"{url}: a dss:// URL starts with NAME@VERSION (dss://NAME@VERSION/path)")
+    root = os.environ.get("NVDATASET_CACHE_DIR")
+    if not root:
+        raise ValueError(f"{url}: set NVDATASET_CACHE_DIR to the dataset cache root to read dss:// URLs")
+    return "/".join([root.rstrip("/"), name, version, *[p for p in path.split("/") if p]])
+
+
 def parse_url(url) -> ParsedUrl:
     """Split a URL or local path. Plain paths and file:// are local; others keep their scheme."""
     text = path_text(url)

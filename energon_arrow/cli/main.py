@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = [
     "energon_arrow.cli.preview",
     "energon_arrow.cli.checkpoint",
     "energon_arrow.cli.analyze_debug",
+    "energon_arrow.cli.mount",
 ]
 
 

@@ -82,6 +82,23 @@ def parse_media_filter(glob, header, extension, required: bool = False):
         raise click.UsageError(str(exc)) from None
 
 
+def _prepare_metadataset(path, storage_options, *dataset_options) -> None:
+    """A metadataset YAML: check its splits and write the join indexes energon needs (energon's `prepare` of a
+    .yaml file)."""
+    from energon_arrow.loader.metadataset_api import prepare_metadataset
+
+    if any(dataset_options):
+        raise click.UsageError(
+            "a metadataset YAML has no shards to index: splits, excludes and dataset.yaml options apply to the "
+            "datasets it names"
+        )
+    click.echo("Preparing metadataset...")
+    files = prepare_metadataset(path, storage_options)
+    click.echo(f"Prepared {path}: {len(files)} join index file(s)")
+    for name in files:
+        click.echo(f"  {name}")
+
+
 @click.command(name="prepare")
 @click.argument("path")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (on stderr).")
@@ -170,7 +187,8 @@ def command(
     Writes energon's .nv-meta (.info.json, split.yaml, dataset.yaml, index.sqlite, index.uuid), a .tar.idx next
     to every shard and Parquet side indexes under .nv-meta/arrow/. Runs under torchrun too (each rank indexes
     its share of the shards, rank 0 writes the index). Resumable: a prepare that was killed or failed keeps the
-    shards it indexed in .nv-meta/.prepare-work/ and the next run continues from them.
+    shards it indexed in .nv-meta/.prepare-work/ and the next run continues from them. A PATH ending in .jsonl
+    gets its .jsonl.idx index; a metadataset .yaml is checked and gets the join indexes energon needs.
     """
     # heavy imports here, so `energon-arrow --help` and other subcommands start fast
     from energon_arrow.adapters import open_storage
@@ -210,6 +228,19 @@ def command(
             raise click.UsageError(
                 "--media-metadata-by-... writes index.sqlite: it cannot be combined with --no-energon-index"
             )
+    if str(path).endswith((".yaml", ".yml")):
+        _prepare_metadataset(
+            path,
+            storage_options,
+            split_parts,
+            split_ratio,
+            exclude,
+            sample_type,
+            field_map,
+            not energon_index,
+            tar_index_only,
+        )
+        return
     if str(path).endswith(".jsonl"):
         _prepare_jsonl(
             path,

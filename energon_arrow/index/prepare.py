@@ -79,6 +79,7 @@ class PrepareOptions:
     media_filter: object = (
         None  # energon_arrow.index.media_extract.MediaFilterConfig: media metadata in index.sqlite
     )
+    shards: list[str] | None = None  # only these relative shard paths (energon's prepare_dataset `paths`)
 
 
 @dataclass
@@ -140,6 +141,14 @@ class Plan:
 
 def plan_prepare(storage, options: PrepareOptions) -> Plan:
     shards, files = discover_shards(storage, options.exclude)
+    if options.shards is not None:
+        found = {f.path: f for f in shards}
+        missing = [p for p in options.shards if p not in found]
+        if missing:
+            raise MetaError(f"{storage.url}: no such .tar shards: {missing[:5]}")
+        shards = [
+            found[p] for p in dict.fromkeys(options.shards)
+        ]  # in the given order, as energon numbers them
     if not shards:
         filesystem = not options.exclude and storage.exists(f"{META_DIR}/{INDEX_SQLITE}")
         raise MetaError(

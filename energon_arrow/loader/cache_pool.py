@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.filestore_api import raw_store
 
 
 def _remove_folder(path: str, owner: int) -> None:
@@ -153,8 +154,9 @@ class NoCachePool(CachePool):
 class _Entry:
     """One spilled (or in-memory) entry: the future of its fetch and how many Lazy objects refer to it."""
 
-    def __init__(self, future: Future):
+    def __init__(self, future: Future, fname: str = "", decoders: tuple = ()):
         self.future, self.refs = future, 0
+        self.fname, self.decoders = fname, decoders  # what FileCacheLazy.get decodes the cached bytes with
 
 
 class FileCacheLazy(Lazy):
@@ -169,7 +171,10 @@ class FileCacheLazy(Lazy):
     def get(self, sample: Any = None) -> Any:
         path, data, source = self._entry.future.result()
         _add_source(sample, source)
-        return data if path is None else self.pool._read(path)
+        data = data if path is None else self.pool._read(path)
+        for decoder in self._entry.decoders:  # a decoding store: the cache holds the raw bytes
+            data = decoder.decode(self._entry.fname, data)
+        return data
 
 
 class FileStoreCachePool(CachePool):
@@ -229,7 +234,7 @@ class FileStoreCachePool(CachePool):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise LoaderError(
                 f"FileStoreCachePool(method='raw'): {name!r} is a {type(data).__name__}, not bytes (use "
-                "method='pickle', or an aux store without a decoder)"
+                "method='pickle')"
             )
         return bytes(data)
 
@@ -304,15 +309,17 @@ class FileStoreCachePool(CachePool):
 
     def get_lazy(self, ds: Any, fname: str) -> FileCacheLazy:
         self._check_process()
-        key = (id(ds), fname)
+        store, name, decoders = raw_store(ds, fname)
+        key = (id(store), name, tuple(map(id, decoders)))
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None and callable(getattr(ds, "get_many", None)):
-                entry = self._entries[key] = _Entry(Future())
-                self._queued.setdefault(id(ds), (ds, []))[1].append((fname, entry.future))
-                self._pool().submit(self._drain, id(ds))
+            if entry is None and callable(getattr(store, "get_many", None)):
+                entry = self._entries[key] = _Entry(Future(), name, tuple(decoders))
+                self._queued.setdefault(id(store), (store, []))[1].append((name, entry.future))
+                self._pool().submit(self._drain, id(store))
             elif entry is None:
-                entry = self._entries[key] = _Entry(self._pool().submit(self._fetch, ds, fname))
+                entry = _Entry(self._pool().submit(self._fetch, store, name), name, tuple(decoders))
+                self._entries[key] = entry
         return FileCacheLazy(ds, fname, self, entry)
 
     def to_cache(self, data: Any, name: str) -> FileCacheLazy:

@@ -97,7 +97,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         if not 0 <= rank < world_size:
             raise LoaderError(f"rank {rank} out of range for world size {world_size}")
         empty = [s.name for s in sources if len(s) == 0]
-        if empty and settings.repeat:
+        if empty:  # energon: EmptyDatasetError, for training and validation alike
             raise LoaderError(f"split has no samples: {empty}")
         self.sources = sources
         self.settings = settings

@@ -32,4 +32,31 @@ class ErrorBudgetExceeded(LoaderError):
 
 class FatalSampleError(LoaderError):
     """A task-encoder hook failed too many times in a row (its failure tolerance), or with a system exception:
-    the code or the dataset is broken (energon's FatalSampleError; never passed to the error handler)."""
+    the code or the dataset is broken (energon's FatalSampleError; never passed to the error handler). Raise
+    `FatalSampleError.from_sample(sample, "why")` in your own code to stop at once, as in energon."""
+
+    @classmethod
+    def from_sample(cls, sample, message: str = "") -> FatalSampleError:
+        from energon_arrow.samples.errors import describe_sample
+
+        return cls(f"Sample {describe_sample(sample)} failed" + (f": {message}" if message else ""))
+
+    @classmethod
+    def from_sample_key(cls, sample_key: str) -> FatalSampleError:
+        return cls(f"Sample {sample_key} failed")
+
+
+# exceptions energon never hands to the error handler: they mean the code, not the sample, is broken
+SYSTEM_EXCEPTIONS = (
+    SystemError,
+    SyntaxError,
+    ImportError,
+    StopIteration,
+    StopAsyncIteration,
+    MemoryError,
+    RecursionError,
+    ReferenceError,
+    NameError,
+    UnboundLocalError,
+    FatalSampleError,
+)

@@ -2,7 +2,9 @@
 `get(key, sample)`, `get_path()`), `FileStoreDecoder` (abstract `decode(fname, data)`), and the wrappers
 `PrimaryFileStore` (keys starting with '.' get the current sample's key as prefix) and `DecodeFileStore`
 (decodes every item). The concrete stores (prepared dataset, folder, `SystemFileStore`) are in `filestore`.
-`get_media_metadata(key)`: the stored media metadata of a file (energon's; see energon_arrow.media)."""
+`get_media_metadata(key)`: the stored media metadata of a file (energon's; see energon_arrow.media).
+As in energon, the stores a cooker receives (`aux:` names and `primary`) decode with the task encoder's decoder
+(`decoded_stores`), and `primary` takes '.part' names relative to the sample being cooked."""
 
 from __future__ import annotations
 
@@ -89,3 +91,24 @@ class DecodeFileStore(FileStoreWrapper):
 
     def __str__(self) -> str:
         return f"DecodeFileStore(inner={self._inner}, decoder={self.decoder})"
+
+
+def raw_store(store: Any, fname: str) -> tuple[Any, str, list]:
+    """(the undecorated store, the name in it, the decoders to apply in order) behind `store[fname]`: a cache
+    pool reads and caches the raw bytes and decodes when the entry is used, as energon's pools do."""
+    decoders: list = []
+    while isinstance(store, FileStoreWrapper):
+        if isinstance(store, PrimaryFileStore):
+            fname = store._key(fname)
+        elif isinstance(store, DecodeFileStore):
+            decoders.insert(0, store.decoder)
+        store = store._inner
+    return store, fname, decoders
+
+
+def decoded_stores(stores: dict, decoder: Any) -> dict:
+    """The aux stores handed to cookers: each decoding what it reads with the task encoder's `decoder`
+    (energon's DecodeFileStore), or as they are when the decoder is None (raw bytes)."""
+    if decoder is None:
+        return dict(stores)
+    return {name: DecodeFileStore(store, decoder=decoder) for name, store in stores.items()}

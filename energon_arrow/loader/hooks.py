@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from energon_arrow.loader.errors import FatalSampleError, LoaderError
+from energon_arrow.loader.errors import SYSTEM_EXCEPTIONS, FatalSampleError, LoaderError
+from energon_arrow.loader.filestore_api import PrimaryFileStore, decoded_stores
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.task_encoder import AugmentTaskEncoder, DefaultTaskEncoder, TaskEncoder
 from energon_arrow.loader.worker_config import WorkerConfig
@@ -36,21 +37,6 @@ from energon_arrow.samples.batch import batch_samples
 from energon_arrow.samples.cookers import get_cooker_need_cache, get_cooker_need_primary, select_cooker
 from energon_arrow.samples.errors import SkipSample, describe_sample
 from energon_arrow.samples.stateless import get_failure_tolerance
-
-# exceptions energon never hands to the error handler: they mean the code, not the sample, is broken
-SYSTEM_EXCEPTIONS = (
-    SystemError,
-    SyntaxError,
-    ImportError,
-    StopIteration,
-    StopAsyncIteration,
-    MemoryError,
-    RecursionError,
-    ReferenceError,
-    NameError,
-    UnboundLocalError,
-    FatalSampleError,
-)
 
 
 def sources_of(sample: Any) -> list | None:
@@ -88,11 +74,17 @@ def _keywords(cook) -> tuple[bool, frozenset]:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), frozenset(params)
 
 
-def cook_kwargs(cook, source: SplitSource, cache_pool: Any = None) -> dict:
+def cook_kwargs(cook, source: SplitSource, cache_pool: Any = None, view: Any = None) -> dict:
     """The aux stores (and `primary`, and the loader's `cache` pool for need_cache) a cook function asks for by
-    keyword."""
+    keyword; `view(source)` gives the source's stores as cookers see them (decoding, see `decoded_stores`)."""
     takes_all, params = _keywords(cook)
-    kwargs = {k: v for k, v in source.aux.items() if takes_all or k in params}
+    wants_primary = "primary" in params or get_cooker_need_primary(cook)
+    if wants_primary and "primary" not in source.aux:
+        from energon_arrow.loader.filestore import PartStore
+
+        source.aux["primary"] = PartStore(source.storage)
+    stores = source.aux if view is None else view(source)
+    kwargs = {k: v for k, v in stores.items() if k != "primary" and (takes_all or k in params)}
     if get_cooker_need_cache(cook):
         if cache_pool is None:
             raise LoaderError(
@@ -100,12 +92,8 @@ def cook_kwargs(cook, source: SplitSource, cache_pool: Any = None) -> dict:
                 "cache_pool=FileStoreCachePool(...) or NoCachePool() to get_loader / get_savable_loader"
             )
         kwargs["cache"] = cache_pool
-    if "primary" in params or get_cooker_need_primary(cook):
-        from energon_arrow.loader.filestore import PartStore
-
-        if "primary" not in source.aux:
-            source.aux["primary"] = PartStore(source.storage)
-        kwargs["primary"] = source.aux["primary"]
+    if wants_primary:
+        kwargs["primary"] = stores["primary"]
     return kwargs
 
 
@@ -172,7 +160,27 @@ class TaskHooks:
                     )
         default_tolerance = getattr(te, "__default_failure_tolerance__", None)
         self._counters: dict[str, ErrorCounter] = {}
+        self._aux_views: dict[tuple[int, int], dict] = {}
+        self.restoring = False  # True while hooks re-make samples to restore them (see `restoring_samples`)
         self._tolerance = lambda fn: get_failure_tolerance(fn, default_tolerance)
+
+    @contextlib.contextmanager
+    def restoring_samples(self):
+        """Hooks re-run to restore samples (`restore_sample`, the waiting samples of a saved state): their
+        failures go to `worker_config.restore_error_handler` (default: re-raise), as in energon."""
+        saved, self.restoring = self.restoring, True
+        try:
+            yield
+        finally:
+            self.restoring = saved
+
+    def _stores(self, source: SplitSource) -> dict:
+        """`source`'s aux stores (and primary) decoding with the task encoder's decoder, made once per source."""
+        key = (id(source), len(source.aux))  # primary is added to source.aux on first use
+        views = self._aux_views.get(key)
+        if views is None:
+            views = self._aux_views[key] = decoded_stores(source.aux, getattr(self.te, "decoder", None))
+        return views
 
     @property
     def generates(self) -> bool:
@@ -200,7 +208,8 @@ class TaskHooks:
         except LoaderError:
             raise  # a configuration error of ours, not a bad sample
         except Exception as exc:
-            counter.failed(exc, arg, self.worker_config.global_error_handler)
+            wc = self.worker_config
+            counter.failed(exc, arg, wc.restore_error_handler if self.restoring else wc.global_error_handler)
             return []
         finally:
             WorkerConfig.active_worker_config, WorkerConfig.index_override, WorkerConfig._cache_pool = outer
@@ -228,9 +237,11 @@ class TaskHooks:
             cooker = select_cooker(
                 self.cookers, sample.get("__subflavors__"), f"{source.name} {sample['__key__']!r}"
             )
-            aux = cook_kwargs(cooker.cook, source, self.cache_pool)
+            aux = cook_kwargs(cooker.cook, source, self.cache_pool, self._stores)
             cook = getattr(te, "cook_crude_sample", None)
             if cook is None:
+                if "primary" in aux:
+                    aux["primary"] = PrimaryFileStore(aux["primary"], current_key=sample["__key__"])
                 samples = self._call("cook", cooker.cook, sample, seed, index, **aux)
             else:
                 samples = self._call(

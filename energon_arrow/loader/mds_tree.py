@@ -367,10 +367,6 @@ def _aux(doc: MdsFile, node: dict, dataset_path: str) -> dict[str, str]:
     raw = doc.mapping(node, "aux", "dataset reference")
     if not raw:
         return {}
-    if dataset_path.endswith(".jsonl"):
-        raise LoaderError(
-            f"{doc.at(node, 'aux')}: aux stores are for crude webdatasets, not {dataset_path!r}"
-        )
     out = {}
     for name, ref in raw.items():
         ref = str(ref)

@@ -77,7 +77,8 @@ class BasicLoader(Loader):
     def _stream(self) -> Iterator[Any]:
         rg, ds = self.regroup, self.dataset
         if self._regroup_state is not None:
-            rg.restore(self._regroup_state, ds.encoded_chunk)
+            with ds.hooks.restoring_samples():
+                rg.restore(self._regroup_state, ds.encoded_chunk)
             self._regroup_state = None
         total = ds.total_batches()
         if total is not None and self.next_batch >= total or rg.at_limit:
@@ -142,7 +143,8 @@ class BasicLoader(Loader):
     def restore_sample(self, restore_key: tuple) -> Any:
         """The batch (sample when unbatched) this loader yielded with `__restore_key__` `restore_key`, read and
         encoded again (loader/restore_sample.py)."""
-        return restore_item(self, restore_key)
+        with self.dataset.hooks.restoring_samples():
+            return restore_item(self, restore_key)
 
     # ---- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

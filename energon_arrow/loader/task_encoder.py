@@ -26,6 +26,7 @@ from types import MethodType
 from typing import Any, Generic, TypeVar
 
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.filestore_api import PrimaryFileStore
 from energon_arrow.loader.task_pipeline import PipelineBuilders
 from energon_arrow.loader.worker_config import WorkerConfig
 from energon_arrow.samples.batch import batch_samples, generic_batch
@@ -97,6 +98,8 @@ class TaskEncoder(PipelineBuilders, ABC, Generic[T_sample, T_encoded_sample, T_r
         (and `primary`) the cook function takes by keyword."""
         if cooker.need_cache and "cache" not in aux:
             aux = {**aux, "cache": self.cache}
+        if "primary" in aux:  # '.part' names are parts of this sample, as in energon
+            aux = {**aux, "primary": PrimaryFileStore(aux["primary"], current_key=sample["__key__"])}
         return cooker.cook(sample, **aux)
 
     @stateless

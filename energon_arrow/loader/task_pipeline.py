@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.filestore_api import decoded_stores
 from energon_arrow.samples.cookers import select_cooker
 from energon_arrow.samples.stateless import get_failure_tolerance, get_stateless
 
@@ -77,6 +78,7 @@ class PipelineBuilders:
         aux = {k: v for k, v in (aux or {}).items() if takes_all or k in params}
         if (cooker.need_primary or "primary" in params) and "primary" not in aux:
             aux["primary"] = get_primary_aux()
+        aux = decoded_stores(aux, self.decoder)
         cook = functools.partial(self.cook_crude_sample, cooker=cooker, aux=aux)
         from energon_arrow.loader.wrappers.map import MapDataset
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url
+from energon_arrow.adapters.urls import glob_to_regex, join_path, parse_url, resolve_dss_url
 
 
 @pytest.mark.parametrize(
@@ -28,6 +28,23 @@ def test_relative_and_home_paths_become_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert parse_url("data").path == os.path.join(str(tmp_path), "data")
     assert parse_url("~/x").path == os.path.join(os.path.expanduser("~"), "x")
+
+
+def test_dss_urls_name_the_dataset_cache(monkeypatch, tmp_path):
+    """energon's dss://NAME@VERSION/PATH is $NVDATASET_CACHE_DIR/NAME/VERSION/PATH (energon's EPath layout)."""
+    from energon_arrow.adapters import open_storage
+
+    monkeypatch.delenv("NVDATASET_CACHE_DIR", raising=False)
+    with pytest.raises(ValueError, match="set NVDATASET_CACHE_DIR"):
+        resolve_dss_url("dss://laion@v2/train")
+    monkeypatch.setenv("NVDATASET_CACHE_DIR", "s3://cache/")
+    assert resolve_dss_url("dss://my@ds@v2/a//b/") == "s3://cache/my@ds/v2/a/b"
+    with pytest.raises(ValueError, match="NAME@VERSION"):
+        resolve_dss_url("dss://laion/train")
+    monkeypatch.setenv("NVDATASET_CACHE_DIR", str(tmp_path))
+    (tmp_path / "laion" / "v2" / "train").mkdir(parents=True)
+    (tmp_path / "laion" / "v2" / "train" / "x.txt").write_text("x")
+    assert open_storage("dss://laion@v2/train").read_bytes("x.txt") == b"x"
 
 
 def test_join_path():

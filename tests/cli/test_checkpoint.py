@@ -118,3 +118,11 @@ def test_analyze_debug_refuses_with_the_reason(cli):
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("energon-arrow: error: analyze-debug is not provided")
         assert "worker_debug_path" in lines[0] and "energon-arrow checkpoint" in lines[0]
+
+
+def test_mount_refuses_with_the_alternatives(cli):
+    """energon mount (FUSE) is not provided: one error line naming what to use instead, exit 1."""
+    proc = cli("mount", "/data/ds", "./mnt", "-d", "-s")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1
+    assert lines[0].startswith("energon-arrow: error: mount is not provided") and "energon mount" in lines[0]

@@ -130,3 +130,36 @@ def test_energon_loads_our_dataset(source, tmp_path):
     assert store[f"gnu/{LONG_DIR}/{'k' * 120}.txt"][0] == "é ü".encode()
     data, _ = store[f"{key}.txt"]
     assert isinstance(data, bytes) and data
+
+
+def test_programmatic_prepare_dataset_like_energons(source, tmp_path):
+    """energon's documented programmatic prepare (`BaseWebdatasetFactory.prepare_dataset(path, tars, ...)`) with
+    the same call: the same files, split and returned part types; only the listed shards, in the given order."""
+    from megatron.energon.flavors import BaseWebdatasetFactory as EnergonFactory
+
+    import energon_arrow as ea
+
+    ref, ours = _copy(source, tmp_path / "energon"), _copy(source, tmp_path / "ours")
+    tars = [f"shards/shard-00000{i}.tar" for i in (3, 0, 1, 2)]
+    ticks = []
+
+    def progress_fn(els, length=None):
+        ticks.append(length)
+        for el in els:
+            ticks.append(el)
+            yield el
+
+    kw = dict(split_parts_ratio=[("train", 1), ("val", 1), ("test", 0)], split_parts_patterns=None,
+              tar_index_only=False, shuffle_seed=None, workers=2)  # fmt: skip
+    found = ea.BaseWebdatasetFactory.prepare_dataset(Path(ours), tars, progress_fn=progress_fn, **kw)
+    assert found == EnergonFactory.prepare_dataset(Path(ref), tars, **kw) == {"jpg", "txt", "json"}
+    assert ticks[0] == 4 and sorted(ticks[1:]) == sorted(tars)
+    info = Path(ours, ".nv-meta", ".info.json").read_bytes()
+    assert info == Path(ref, ".nv-meta", ".info.json").read_bytes()
+    assert _splits(ours) == _splits(ref)
+    for table in ("samples", "sample_parts"):
+        assert _rows(ours, table) == _rows(ref, table)
+    from energon_arrow.meta.errors import MetaError
+
+    with pytest.raises(MetaError, match="fix_duplicates"):
+        ea.BaseWebdatasetFactory.prepare_dataset(ours, tars, fix_duplicates=True)

@@ -129,6 +129,32 @@ def test_incremental_prepare_keeps_the_rows_of_unchanged_shards(tmp_path, cli):
     assert _filters(root) == [("GLOB", "k0_*")]
 
 
+def test_programmatic_prepare_with_a_media_filter(tmp_path):
+    """energon's `BaseWebdatasetFactory.prepare_dataset(..., media_filter=...)` with our MediaFilterConfig or any
+    object with energon's `strategy` and `patterns` (energon's own class)."""
+    from types import SimpleNamespace
+
+    import energon_arrow as ea
+    from energon_arrow.meta.errors import MetaError
+
+    root = str(tmp_path / "ds")
+    os.makedirs(root)
+    _shard(root, 0)
+    _shard(root, 1)
+    prepare = ea.BaseWebdatasetFactory.prepare_dataset
+    found = prepare(
+        root, ["shard0.tar", "shard1.tar"], media_filter=MediaFilterConfig.parse(None, False, True)
+    )
+    assert found == {"png", "txt"} and len(_rows(root)) == 6 and _filters(root) == [("EXTENSION", "")]
+    theirs = SimpleNamespace(strategy=SimpleNamespace(value="GLOB"), patterns=["k1_*"])
+    prepare(root, ["shard0.tar", "shard1.tar"], media_filter=theirs)
+    assert set(_rows(root)) == {"k1_0.png", "k1_1.png", "k1_2.png"} and _filters(root) == [("GLOB", "k1_*")]
+    with pytest.raises(MetaError, match="media_filter must be a MediaFilterConfig"):
+        prepare(root, ["shard0.tar"], media_filter="by extension")
+    with pytest.raises(MetaError, match="tar_index_only"):
+        prepare(root, ["shard0.tar"], media_filter=theirs, tar_index_only=True)
+
+
 def json_of(text: str) -> dict:
     import json
 

@@ -86,6 +86,32 @@ def test_load_jsonl_directly_and_in_a_metadataset(tmp_path):
     assert counts == {(str(i), f"t{i}"): 2 for i in range(10)}
 
 
+def test_jsonl_with_aux_folder(tmp_path):
+    """energon's documented polylithic JSONL form: a metadataset giving a .jsonl leaf an `aux:` folder."""
+    path = _write(tmp_path / "d.jsonl", 4)
+    prepare_jsonl(path)
+    (tmp_path / "media").mkdir()
+    for i in range(4):
+        (tmp_path / "media" / f"t{i}.txt").write_text(f"media {i}")
+
+    def cook_aux(sample, media):
+        return ea.TextSample(**ea.basic_sample_keys(sample), text=media.get(sample["json"]["text"] + ".txt"))
+
+    class AuxTE(ea.DefaultTaskEncoder):
+        cookers = [ea.Cooker(cook_aux)]
+
+    mds = tmp_path / "m.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    path: d.jsonl\n"
+        "    aux:\n      media: filesystem://./media\n"
+    )
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_val_dataset(
+        str(mds), worker_config=wc, batch_size=4, task_encoder=AuxTE(), split_part="train"
+    )
+    assert next(iter(ea.get_loader(ds))).text == [f"media {i}" for i in range(4)]
+
+
 def test_missing_or_stale_index(tmp_path):
     path = _write(tmp_path / "d.jsonl", 5)
     with pytest.raises(LoaderError, match=r"d\.jsonl\.idx: no index"):

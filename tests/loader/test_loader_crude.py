@@ -93,6 +93,35 @@ def test_aux_source_from_metadataset(dataset_copy, prepared_root, tmp_path):
         first_batch(str(mds), Missing())
 
 
+def test_aux_stores_decode_with_the_task_encoders_decoder(dataset_copy, prepared_root, tmp_path):
+    """As in energon, the stores a cooker gets decode with the task encoder's decoder (decoder=None above: bytes),
+    `primary` takes '.part' names relative to the cooked sample, and a cache pool decodes when the entry is used."""
+    write_dataset_yaml(dataset_copy, CRUDE_YAML)
+
+    @ea.cooker(need_primary=True, need_cache=True)
+    def cook(sample, *, media, primary, cache):
+        lazy = cache.get_lazy(media, sample["__key__"] + ".txt")
+        own, other = primary.get(".txt"), media.get(sample["__key__"] + ".txt", sample)
+        return ea.TextSample(**ea.basic_sample_keys(sample), text=(own, other, lazy.get(sample)))
+
+    class TE(ea.DefaultTaskEncoder):
+        decoder = JPG_AS_BYTES
+        cookers = [ea.Cooker(cook)]
+
+    mds = tmp_path / "mds.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    path: {os.path.relpath(dataset_copy, tmp_path)}\n    aux:\n      media: {prepared_root}\n"
+    )
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_train_dataset(str(mds), worker_config=wc, batch_size=2, task_encoder=TE())
+    pool = ea.FileStoreCachePool(parent_cache_dir=tmp_path, num_workers=1)
+    batch = next(iter(ea.get_savable_loader(ds, cache_pool=pool)))
+    own, other, cached = batch.text[0]
+    assert own == other == cached and isinstance(own, str) and own.startswith("sample ")
+    pool.close()
+
+
 SAMPLE_LOADER = """
 def sample_loader(raw):
     return dict(text=raw["txt"] + "!")

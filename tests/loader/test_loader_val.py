@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.loader.errors import LoaderError
 from tests.loader.conftest import PER_SHARD
 
 
@@ -42,3 +43,9 @@ def test_val_sharded_across_ranks(prepared_root, world):
 def test_val_drop_last(prepared_root):
     keys = [k for b in _val(prepared_root, batch=7, batch_drop_last=True) for k in b.__key__]
     assert len(keys) == (PER_SHARD // 7) * 7
+
+
+def test_empty_split_is_an_error(prepared_root):
+    """A split with no samples is an error for validation as for training (energon: EmptyDatasetError)."""
+    with pytest.raises(LoaderError, match=r"split has no samples: .*split .test."):
+        _val(prepared_root, split_part="test")

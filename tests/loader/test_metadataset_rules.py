@@ -220,7 +220,7 @@ def test_cycles_and_mixed_modes_are_errors(tmp_path, prepared_root):
         resolve_split(str(tmp_path / "mix.yaml"), "train")
 
 
-def test_prepare_metadataset_checks_datasets_and_drops_stale_join_indexes(tmp_path, prepared_root):
+def test_prepare_metadataset_checks_datasets_and_drops_stale_join_indexes(tmp_path, prepared_root, capsys):
     (tmp_path / "m.yaml.cache").mkdir()
     (tmp_path / "m.yaml.cache" / "join_index_old.bin").write_bytes(b"x")
     path = _write(tmp_path, "m.yaml", f"  train:\n    path: {prepared_root}\n  val:\n    path: missing\n")
@@ -229,6 +229,14 @@ def test_prepare_metadataset_checks_datasets_and_drops_stale_join_indexes(tmp_pa
     path = _write(tmp_path, "m.yaml", f"  train:\n    path: {prepared_root}\n")
     assert ea.prepare_metadataset(path) == []
     assert not (tmp_path / "m.yaml.cache" / "join_index_old.bin").exists()
+    # `energon-arrow prepare m.yaml` is energon's `energon prepare m.yaml` (the documented join setup step)
+    from energon_arrow.cli.main import main
+
+    main(["prepare", path])
+    assert "Preparing metadataset...\nPrepared" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare", str(tmp_path / "none.yaml")])
+    assert exit_info.value.code == 1 and "none.yaml: metadataset not found" in capsys.readouterr().err
     with pytest.raises(LoaderError, match="does not support joined datasets"):
         _write(
             tmp_path,

@@ -118,6 +118,42 @@ def test_fast_loader_refusals(prepared_root):
         unmarked.restore_sample(_items(unmarked, 1)[0].__restore_key__)
 
 
+class FailsWhenRestoring(ea.DefaultTaskEncoder):
+    decoder = None
+    failing = False
+
+    @ea.stateless
+    def encode_sample(self, sample):
+        if self.failing:
+            raise ValueError("broken on restore")
+        return sample
+
+
+def test_restore_failures_go_to_the_restore_error_handler(prepared_root):
+    """As in energon: hooks failing while a sample is re-made go to worker_config.restore_error_handler (default:
+    re-raise the error), not to the global handler that skips samples while iterating."""
+    seen = []
+
+    def note(exc, sample, sources):
+        seen.append(str(exc))
+
+    for handler in (None, note):
+        extra = {} if handler is None else {"restore_error_handler": handler}
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=pytest.fail, **extra)
+        te = FailsWhenRestoring()
+        loader = ea.get_loader(
+            ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=2, task_encoder=te)
+        )
+        key = _items(loader, 1)[0].__restore_key__
+        te.failing = True
+        expected = (
+            (ValueError, "broken on restore") if handler is None else (LoaderError, "holds no samples|now")
+        )
+        with pytest.raises(expected[0], match=expected[1]):
+            loader.restore_sample(key)
+    assert seen == ["broken on restore"] * 2
+
+
 @ea.stateless(restore_seeds=True)
 def _noisy_text(sample):
     return ea.TextSample.derive_from(sample, text=f"{sample.caption.decode()} {random.random()}")

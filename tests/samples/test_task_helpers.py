@@ -78,6 +78,7 @@ def test_need_primary_cooker_gets_the_primary_store(dataset_copy):
     @ea.cooker(need_primary=True)
     def cook(sample, **aux):
         own = aux["primary"].get(sample["__key__"] + ".txt")
+        assert aux["primary"].get(".txt") == own  # '.part': a part of the sample being cooked
         return ea.TextSample(**ea.basic_sample_keys(sample), text=own)
 
     class TE(ea.DefaultTaskEncoder):
@@ -85,7 +86,10 @@ def test_need_primary_cooker_gets_the_primary_store(dataset_copy):
         decoder = ea.PartDecoder(handlers={"jpg": bytes})
 
     batch = first_batch(dataset_copy, TE(), shuffle_buffer_size=None, max_samples_per_sequence=None)
-    assert all(t.startswith(b"sample ") for t in batch.text)  # the primary store gives raw payloads
+    assert all(t.startswith("sample ") for t in batch.text)  # decoded with the task encoder's decoder
+    TE.decoder = None
+    batch = first_batch(dataset_copy, TE(), shuffle_buffer_size=None, max_samples_per_sequence=None)
+    assert all(t.startswith(b"sample ") for t in batch.text)  # no decoder: raw payloads
 
 
 def test_error_handlers(caplog):

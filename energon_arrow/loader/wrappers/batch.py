@@ -19,7 +19,7 @@ from energon_arrow.loader.wrappers.base import (
     set_sample_restore_key,
     worker_config_dict,
 )
-from energon_arrow.loader.wrappers.failures import ErrorContext
+from energon_arrow.loader.wrappers.failures import ErrorContext, restore_guarded
 
 
 class SampleBuffer:
@@ -159,15 +159,19 @@ class BatchDataset(BaseWrapperDataset):
         else:
             _, sample_idx, *keys = restore_key
         samples = [self.dataset.restore_sample(k) for k in keys]
-        out = call_seeded(self.batcher, self.worker_config, sample_idx, samples)
-        if isinstance(out, Generator):
-            for idx, batch in enumerate(out):
-                if idx == sub_idx:
-                    return set_sample_restore_key(batch, sample_idx, sub_idx, *keys, src=self)
-            raise ValueError(
-                f"BatchDataset: batch generator yielded fewer than {sub_idx + 1} batches on restore"
-            )
-        return set_sample_restore_key(out, sample_idx, *keys, src=self)
+
+        def remake() -> Any:
+            out = call_seeded(self.batcher, self.worker_config, sample_idx, samples)
+            if isinstance(out, Generator):
+                for idx, batch in enumerate(out):
+                    if idx == sub_idx:
+                        return set_sample_restore_key(batch, sample_idx, sub_idx, *keys, src=self)
+                raise ValueError(
+                    f"BatchDataset: batch generator yielded fewer than {sub_idx + 1} batches on restore"
+                )
+            return set_sample_restore_key(out, sample_idx, *keys, src=self)
+
+        return restore_guarded(self.worker_config, samples, remake)
 
     def config(self) -> dict:
         cfg = {
@@ -292,8 +296,12 @@ class GroupBatchDataset(BaseWrapperDataset):
         if not self.batcher_stateless:
             raise ValueError(f"batcher {self.batcher} must be stateless to restore batches")
         _, sample_idx, *keys = restore_key
-        out = self.batcher([self.dataset.restore_sample(k) for k in keys])
-        return set_sample_restore_key(out, sample_idx, *keys, src=self)
+        samples = [self.dataset.restore_sample(k) for k in keys]
+        return restore_guarded(
+            self.worker_config,
+            samples,
+            lambda: set_sample_restore_key(self.batcher(samples), sample_idx, *keys, src=self),
+        )
 
     def config(self) -> dict:
         cfg = {

@@ -39,6 +39,14 @@ class BaseWebdatasetFactory(WebdatasetFactory):
                 "dataset.yaml or a TaskEncoder.encode_sample / cooker instead"
             )
 
+    @classmethod
+    def prepare_dataset(cls, parent_path: Any, paths: list[str], **kwargs) -> set[str]:
+        """energon's programmatic prepare (same keywords; index/prepare_api.py): index `paths` under
+        `parent_path`, write `.nv-meta`, return the part types found."""
+        from energon_arrow.index.prepare_api import prepare_dataset
+
+        return prepare_dataset(parent_path, paths, **kwargs)
+
     def __init__(
         self,
         path: Any,

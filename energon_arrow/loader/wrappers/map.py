@@ -24,7 +24,7 @@ from energon_arrow.loader.wrappers.base import (
     global_worker_id,
     set_sample_restore_key,
 )
-from energon_arrow.loader.wrappers.failures import ErrorContext
+from energon_arrow.loader.wrappers.failures import ErrorContext, restore_guarded
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +103,19 @@ class MapDataset(BaseWrapperDataset):
         else:
             _, sample_idx, *inner = restore_key
         inner_sample = self.dataset.restore_sample(tuple(inner))
-        out = call_seeded(self.map_fn, self.worker_config, sample_idx, inner_sample)
-        if isinstance(out, Generator):
-            for idx, o in enumerate(out):
-                if idx == local_idx:
-                    return add_sample_restore_key(o, sample_idx, local_idx, src=self)
-            raise ValueError(f"MapDataset: generator yielded fewer than {local_idx + 1} samples on restore")
-        return add_sample_restore_key(out, sample_idx, src=self)
+
+        def remake() -> Any:
+            out = call_seeded(self.map_fn, self.worker_config, sample_idx, inner_sample)
+            if isinstance(out, Generator):
+                for idx, o in enumerate(out):
+                    if idx == local_idx:
+                        return add_sample_restore_key(o, sample_idx, local_idx, src=self)
+                raise ValueError(
+                    f"MapDataset: generator yielded fewer than {local_idx + 1} samples on restore"
+                )
+            return add_sample_restore_key(out, sample_idx, src=self)
+
+        return restore_guarded(self.worker_config, inner_sample, remake)
 
     def config(self) -> dict:
         cfg = {
@@ -215,10 +221,14 @@ class IterMapDataset(BaseWrapperDataset):
         self.assert_can_restore()
         _, sample_idx, iter_idx, *inner = restore_key
         inputs = [self.dataset.restore_sample(k) for k in inner]
-        for idx, out in enumerate(self.iter_map_fn(iter(inputs))):
-            if idx == iter_idx:
-                return set_sample_restore_key(out, sample_idx, iter_idx, *inner, src=self)
-        raise ValueError("IterMapDataset: iter_map_fn yielded too few samples on restore")
+
+        def remake() -> Any:
+            for idx, out in enumerate(self.iter_map_fn(iter(inputs))):
+                if idx == iter_idx:
+                    return set_sample_restore_key(out, sample_idx, iter_idx, *inner, src=self)
+            raise ValueError("IterMapDataset: iter_map_fn yielded too few samples on restore")
+
+        return restore_guarded(self.worker_config, inputs, remake)
 
     def config(self) -> dict:
         cfg = {

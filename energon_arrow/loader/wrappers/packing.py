@@ -25,7 +25,7 @@ from energon_arrow.loader.wrappers.base import (
     worker_config_dict,
 )
 from energon_arrow.loader.wrappers.batch import SampleBuffer
-from energon_arrow.loader.wrappers.failures import ErrorContext
+from energon_arrow.loader.wrappers.failures import ErrorContext, restore_guarded
 
 
 class PackingDataset(BaseWrapperDataset):
@@ -144,7 +144,8 @@ class PackingDataset(BaseWrapperDataset):
     def restore_sample(self, restore_key: tuple) -> Any:
         self.assert_can_restore()
         _, pack_idx, *keys = restore_key
-        return self._pack([self.dataset.restore_sample(k) for k in keys], keys, pack_idx)
+        samples = [self.dataset.restore_sample(k) for k in keys]
+        return restore_guarded(self.worker_config, samples, lambda: self._pack(samples, keys, pack_idx))
 
     def config(self) -> dict:
         cfg = {

@@ -66,6 +66,42 @@ def test_map_generator_skip_and_failures(val, caplog):
     with pytest.raises(FatalSampleError, match="3 times in a row"):
         list(ea.MapDataset(val, always_fail, failure_tolerance=3, worker_config=wc()))
 
+    # never handled (energon's contract): the user's FatalSampleError (one class, also `ea.FatalSampleError`),
+    # and system exceptions such as a NameError (a bug, not a bad sample)
+    def stop(s):
+        raise ea.FatalSampleError.from_sample(s, "Critical corruption detected")
+
+    def bug(s):
+        raise NameError("name 'x' is not defined")
+
+    with pytest.raises(
+        FatalSampleError, match=r"Sample .*000003_0+\d+.* failed: Critical corruption detected"
+    ):
+        list(ea.MapDataset(val, stop, worker_config=wc()))
+    with pytest.raises(FatalSampleError, match="system exception: NameError"):
+        list(ea.MapDataset(val, bug, worker_config=wc()))
+
+
+def test_restore_failures_go_to_the_restore_error_handler(val):
+    """energon's contract: a map function failing while a sample is restored goes to restore_error_handler
+    (default: re-raise); a handler that returns makes the restored item None."""
+    state = {"fail": False}
+
+    def fn(s):
+        if state["fail"]:
+            raise ValueError("broken on restore")
+        return s
+
+    key = next(iter(ea.MapDataset(val, fn, stateless_map_fn=True, worker_config=wc()))).__restore_key__
+    state["fail"] = True
+    with pytest.raises(ValueError, match="broken on restore"):
+        ea.MapDataset(val, fn, stateless_map_fn=True, worker_config=wc()).restore_sample(key)
+    seen = []
+    config = wc()
+    config.restore_error_handler = lambda exc, sample, sources: seen.append((str(exc), sample.__key__))
+    assert ea.MapDataset(val, fn, stateless_map_fn=True, worker_config=config).restore_sample(key) is None
+    assert seen == [("broken on restore", VAL_KEYS[0])]
+
 
 def test_filter(val):
     ds = ea.FilterDataset(val, filter_fn=lambda s: s.__key__.endswith("0"), worker_config=wc())
