@@ -107,6 +107,12 @@ def columnar_batch(
     )
 
 
+def _failed_sample(src: SplitSource, row: int, exc: Exception) -> dict:
+    """What the error handler is given for a sample that did not load (energon gives the raw sample)."""
+    shard = src.shard_paths[src.shard_id[row]]
+    return {"__key__": getattr(exc, "key", None), "__shard__": shard, "__index__": int(src.sample_index[row])}
+
+
 class Assembler:
     """Builds batches for a BatchDataset: columnar when possible, per sample otherwise (with skip/budget)."""
 
@@ -127,9 +133,11 @@ class Assembler:
             d = int(owner[0])
             try:
                 cols = self.columns[d].batch(rows)
-                return columnar_batch(
+                batch = columnar_batch(
                     self.builders[d], self.sources[d], cols, views, seeds, self.slots, self.device_normalize
-                ), skipped
+                )
+                self.hooks.loaded()
+                return batch, skipped
             except _Fallback:
                 self.slots.rollback()
         for d in np.unique(owner).tolist():  # builders that read more than the sample (joined members)
@@ -143,8 +151,13 @@ class Assembler:
                 key, parts = sample_parts(src, row, view)
                 shard = src.shard_paths[src.shard_id[row]]
                 sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]), row, seed)
+                self.hooks.loaded()
                 samples.extend(self.hooks.sample(sample, b, slot, src))
             except (DecodeError, MissingPartError) as exc:
+                if self.settings.skip_errors is None:  # energon's: the error handler, the sample skipped
+                    self.hooks.load_failed(exc, _failed_sample(src, row, exc))
+                    skipped += 1
+                    continue
                 if not self.settings.skip_errors:
                     raise
                 skipped += 1

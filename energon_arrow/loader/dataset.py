@@ -51,8 +51,13 @@ class LoaderSettings:
     #: per source: a metadataset's shuffle_over_epochs_multiplier, combined with the one above (None: all 1)
     source_over_epochs: tuple | None = None
     drop_last: bool = False  # finite streams: drop the last, partial global batch
-    skip_errors: bool = False  # skip samples whose parts fail to decode (counted) instead of raising
-    error_budget: int = 100  # with skip_errors: raise once more samples than this were skipped (per worker)
+    #: a sample whose parts fail to decode (or that lacks a field-map part): None, as energon, goes to the
+    #: worker config's global_error_handler and is skipped (fatal after 100 in a row); True skips and counts it;
+    #: False raises
+    skip_errors: bool | None = None
+    error_budget: int = (
+        100  # with skip_errors=True: raise once more samples than this were skipped (per worker)
+    )
     #: batches read ahead in a thread; default 2 on object stores without local_cache, else 0
     read_ahead: int | None = None
 

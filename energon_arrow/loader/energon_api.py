@@ -68,7 +68,7 @@ class _Request:
         self.trust_remote_code = kwargs.pop("trust_remote_code", False)
         self.sample_type = kwargs.pop("sample_type", None)
         self.errors = {
-            "skip_errors": kwargs.pop("skip_errors", False),
+            "skip_errors": kwargs.pop("skip_errors", None),
             "error_budget": kwargs.pop("error_budget", 100),
         }
         refuse_unknown(kwargs, function)

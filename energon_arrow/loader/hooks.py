@@ -5,6 +5,10 @@ overridden) -> postencode_sample (when overridden and not packing; with packing 
 loader/packing.py). Per batch: batch -> encode_batch (when overridden). Hooks may
 be generators (all outputs are kept, in order) and may raise SkipSample (the sample or batch is dropped).
 
+A sample that does not load (a part that does not decode, a field-map part it lacks) goes to the handler too and
+is skipped, fatal after 100 in a row (energon's MapDataset over load_sample), unless the dataset was made with
+`skip_errors=False` (raise) or `True` (skip and count against `error_budget`).
+
 Errors, as energon's ErrorContext: any other exception of a hook goes to `worker_config.global_error_handler`
 (exception, sample, sources) and the sample / batch is skipped; after `get_failure_tolerance(hook,
 task_encoder.__default_failure_tolerance__)` failures of that hook in a row (0: never) a FatalSampleError is
@@ -45,6 +49,9 @@ def sources_of(sample: Any) -> list | None:
     if src is None and isinstance(sample, list):
         src = [s for item in sample for s in (sources_of(item) or ())] or None
     return list(src) if src is not None else None
+
+
+LOAD_FAILURE_TOLERANCE = 100
 
 
 class ErrorCounter:
@@ -160,9 +167,24 @@ class TaskHooks:
                     )
         default_tolerance = getattr(te, "__default_failure_tolerance__", None)
         self._counters: dict[str, ErrorCounter] = {}
+        # loading a sample (decoding its parts, the field map): energon's MapDataset over load_sample, whose
+        # failure tolerance is 100 whatever the task encoder's default
+        self._load = ErrorCounter("load_sample", LOAD_FAILURE_TOLERANCE)
         self._aux_views: dict[tuple[int, int], dict] = {}
         self.restoring = False  # True while hooks re-make samples to restore them (see `restoring_samples`)
         self._tolerance = lambda fn: get_failure_tolerance(fn, default_tolerance)
+
+    def load_failed(self, exc: Exception, sample: Any) -> None:
+        """A sample did not load (a part that does not decode, a field-map part it lacks): to the error handler,
+        as energon does; FatalSampleError after LOAD_FAILURE_TOLERANCE failures in a row."""
+        wc = self.worker_config
+        self._load.failed(
+            exc, sample, wc.restore_error_handler if self.restoring else wc.global_error_handler
+        )
+
+    def loaded(self) -> None:
+        """Samples loaded: the run of load failures is over."""
+        self._load.in_a_row = 0
 
     @contextlib.contextmanager
     def restoring_samples(self):

@@ -6,7 +6,8 @@ on that device (uint8, or float / normalised per the decoder's options, zero-pad
 Images the batched decoder does not take (not a JPEG, CMYK, arithmetic coding: see `jpeg_components`) or rejects
 (a batch that fails is retried image by image) are decoded one by one with Pillow, the workers' decoder. An image
 that Pillow cannot decode either follows the loader's error policy: a `DecodeError` naming shard, key and part,
-or with `skip_errors=True` the sample is dropped from the batch and counted against `error_budget`.
+or with `skip_errors=True` the sample is dropped from the batch and counted against `error_budget`; by default
+(energon's) each failure goes to the worker config's error handler and the sample is dropped.
 
 Pixels: one-channel output from a colour JPEG is computed from the decoded RGB with Pillow's integer luma
 formula, four-channel output gets an opaque alpha (Pillow's conversions), so the CPU decoder, which uses
@@ -168,6 +169,7 @@ class DeviceDecode:
         self.device = decode_device(device)
         self.decode = jpeg_bytes.batched_jpeg_decoder()
         self.skip_errors, self.budget = dataset.settings.skip_errors, dataset.settings.error_budget
+        self.hooks = dataset.hooks
         self.skipped = 0
 
     def __call__(self, batch: Any) -> Any:
@@ -189,14 +191,22 @@ class DeviceDecode:
             for i, exc in errors.items():
                 failed.setdefault(i, (ci.part, exc))
         if not failed:
+            self.hooks.loaded()
             return batch
         first = min(failed)
         part, exc = failed[first]
         error = DecodeError(batch.__restore_key__[first][1], batch.__key__[first], part, exc)
-        if not self.skip_errors:
+        if self.skip_errors is None:  # energon's: each to the error handler, the samples dropped
+            for i, (part, exc) in sorted(failed.items()):
+                shard = batch.__restore_key__[i][1]
+                failure = DecodeError(shard, batch.__key__[i], part, exc)
+                self.hooks.load_failed(failure, {"__key__": batch.__key__[i], "__shard__": shard})
+            self.skipped += len(failed)
+        elif not self.skip_errors:
             raise error from exc
-        self.skipped += len(failed)
-        if self.skipped > self.budget:
+        else:
+            self.skipped += len(failed)
+        if self.skip_errors and self.skipped > self.budget:
             raise ErrorBudgetExceeded(
                 f"{self.skipped} samples skipped while decoding images, over the error budget of {self.budget}; "
                 f"last: {error}"

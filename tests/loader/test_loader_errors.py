@@ -16,7 +16,35 @@ WC = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
 def test_undecodable_part_names_shard_key_part(prepared_root):
     # the synthetic jpg parts are random bytes: Pillow cannot decode them
     with pytest.raises(DecodeError, match=r"shards/shard-00000\d\.tar: sample '\d+_\d+': part 'jpg'"):
-        first_batch(prepared_root)
+        first_batch(prepared_root, skip_errors=False)
+
+
+def test_samples_that_do_not_load_go_to_the_error_handler_as_in_energon(prepared_root):
+    """By default (energon's MapDataset over load_sample) a sample that does not decode goes to the worker config's
+    global_error_handler and is skipped; 100 failures in a row are fatal (the dataset is broken)."""
+    from energon_arrow.loader.errors import FatalSampleError
+
+    seen = []
+
+    def handler(exc, sample, sources=None):
+        seen.append((type(exc).__name__, sample["__key__"], sample["__shard__"]))
+
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=handler)
+    ds = ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=4, task_encoder=_picky_decoder())
+    loader = ea.get_loader(ds)
+    it = iter(loader)
+    keys = [k for _ in range(30) for k in next(it).__key__]  # one epoch of 120 samples, one bad per shard
+    it.close()
+    assert len(keys) == 117 and loader.skipped == 3
+    assert sorted(k for _, k, _ in seen) == sorted({k for _, k, _ in seen}) and len(seen) == 3
+    assert {name for name, _, _ in seen} == {"DecodeError"} and all(s.startswith("shards/") for *_, s in seen)
+    # every sample fails (random bytes as JPEG): fatal after 100 in a row, the handler saw each
+    seen.clear()
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=handler)
+    with pytest.raises(FatalSampleError, match="load_sample failed 100 times in a row"):
+        for _ in ea.get_loader(ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=4)):
+            pass
+    assert len(seen) == 100
 
 
 def _picky_decoder():
@@ -57,7 +85,7 @@ def test_skip_errors_counts_and_budget(prepared_root):
 
 def test_worker_error_surfaces_instead_of_hanging(prepared_root):
     with pytest.raises(RuntimeError, match="part 'jpg' could not be decoded"):
-        first_batch(prepared_root, workers=2)
+        first_batch(prepared_root, workers=2, skip_errors=False)
 
 
 class Crash(ea.DefaultTaskEncoder):
@@ -90,7 +118,7 @@ def test_field_map_to_missing_part(dataset_copy):
     with pytest.raises(
         MissingPartError, match=r"field 'image' maps to part 'png,webp', but the sample has only"
     ):
-        first_batch(dataset_copy, te=RawTE())
+        first_batch(dataset_copy, te=RawTE(), skip_errors=False)
 
 
 def test_field_map_unknown_field(dataset_copy):
