@@ -5,7 +5,7 @@ with the reason (docs/cli.md) instead of accepting energon's arguments and doing
 
 from __future__ import annotations
 
-import click
+from energon_arrow.cli.common import not_provided
 
 REASON = (
     "analyze-debug is not provided: energon-arrow's loader writes no worker debug logs (energon's "
@@ -15,13 +15,9 @@ REASON = (
 )
 
 
-@click.command(
-    name="analyze-debug",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    add_help_option=True,
-)
-@click.argument("energon_args", nargs=-1, type=click.UNPROCESSED)
-def command(energon_args):
+command = not_provided(
+    "analyze-debug",
+    REASON,
     """Not provided: energon-arrow's loader keeps no worker debug logs (its batch order is a pure function of the
-    loader settings); prints why and exits 1 whatever energon arguments it gets."""
-    raise click.ClickException(REASON)
+    loader settings); prints why and exits 1 whatever energon arguments it gets.""",
+)

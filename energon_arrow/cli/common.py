@@ -113,3 +113,16 @@ def query_limits(fn: Callable) -> Callable:
         help="DuckDB memory limit, e.g. 2GB (default: half the RAM, at most 4 GiB; env "
         "ENERGON_ARROW_QUERY_MEMORY_LIMIT); larger intermediate results spill to --temp-directory.",
     )(wrapper)
+
+
+def not_provided(name: str, reason: str, doc: str) -> click.Command:
+    """An energon command energon-arrow does not provide: takes whatever arguments energon's takes and exits 1 with
+    `reason` (one readable line), instead of accepting them and doing something else; `doc` is its help text."""
+
+    def command(energon_args):
+        raise click.ClickException(reason)
+
+    command.__doc__ = doc
+    return click.command(
+        name=name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
+    )(click.argument("energon_args", nargs=-1, type=click.UNPROCESSED)(command))

@@ -4,7 +4,7 @@ energon's arguments and doing something else."""
 
 from __future__ import annotations
 
-import click
+from energon_arrow.cli.common import not_provided
 
 REASON = (
     "mount is not provided: energon-arrow has no FUSE filesystem. List and read a prepared dataset's files with "
@@ -14,13 +14,9 @@ REASON = (
 )
 
 
-@click.command(
-    name="mount",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    add_help_option=True,
-)
-@click.argument("energon_args", nargs=-1, type=click.UNPROCESSED)
-def command(energon_args):
+command = not_provided(
+    "mount",
+    REASON,
     """Not provided: energon-arrow has no FUSE filesystem (see `query` and `preview`, or energon's `energon mount`
-    on the same dataset); prints why and exits 1 whatever energon arguments it gets."""
-    raise click.ClickException(REASON)
+    on the same dataset); prints why and exits 1 whatever energon arguments it gets.""",
+)

@@ -228,30 +228,13 @@ def command(
             raise click.UsageError(
                 "--media-metadata-by-... writes index.sqlite: it cannot be combined with --no-energon-index"
             )
+    # the options of a shard folder, which a metadataset or a .jsonl file does not take
+    folder_options = (split_parts, split_ratio, exclude, sample_type, field_map, not energon_index)
     if str(path).endswith((".yaml", ".yml")):
-        _prepare_metadataset(
-            path,
-            storage_options,
-            split_parts,
-            split_ratio,
-            exclude,
-            sample_type,
-            field_map,
-            not energon_index,
-            tar_index_only,
-        )
+        _prepare_metadataset(path, storage_options, *folder_options, tar_index_only)
         return
     if str(path).endswith(".jsonl"):
-        _prepare_jsonl(
-            path,
-            storage_options,
-            split_parts,
-            split_ratio,
-            exclude,
-            sample_type,
-            field_map,
-            not energon_index,
-        )
+        _prepare_jsonl(path, storage_options, *folder_options)
         return
     # like energon, the questions are asked unless --non-interactive, also with answers piped on stdin
     interactive = not non_interactive
