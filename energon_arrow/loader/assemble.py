@@ -18,7 +18,13 @@ import numpy as np
 
 from energon_arrow.loader.batch_columns import BatchColumns, SourceColumns
 from energon_arrow.loader.builder import SampleBuilder
-from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded, LoaderError, MissingPartError
+from energon_arrow.loader.errors import (
+    DecodeError,
+    ErrorBudgetExceeded,
+    JoinerError,
+    LoaderError,
+    MissingPartError,
+)
 from energon_arrow.loader.hooks import position_seeds
 from energon_arrow.loader.image_batch import image_column
 from energon_arrow.loader.image_slots import SlotAllocator
@@ -153,7 +159,7 @@ class Assembler:
                 sample = self.builders[d].build(key, parts, shard, int(src.sample_index[row]), row, seed)
                 self.hooks.loaded()
                 samples.extend(self.hooks.sample(sample, b, slot, src))
-            except (DecodeError, MissingPartError) as exc:
+            except (DecodeError, MissingPartError, JoinerError) as exc:
                 if self.settings.skip_errors is None:  # energon's: the error handler, the sample skipped
                     self.hooks.load_failed(exc, _failed_sample(src, row, exc))
                     skipped += 1

@@ -26,6 +26,14 @@ class MissingPartError(LoaderError):
     """The field map names a part the sample does not have."""
 
 
+class JoinerError(LoaderError):
+    """The joiner of a joined dataset raised for a sample; names the primary shard, the key and the joiner."""
+
+    def __init__(self, shard: str, key: str, joiner: str, cause: BaseException):
+        self.shard, self.key = shard, key
+        super().__init__(f"{shard}: sample {key!r}: the joiner {joiner} failed: {cause!r}")
+
+
 class ErrorBudgetExceeded(LoaderError):
     """More samples failed than the configured error budget allows."""
 

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from energon_arrow.loader.assemble import sample_parts
 from energon_arrow.loader.builder import SampleBuilder
-from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.errors import SYSTEM_EXCEPTIONS, JoinerError, LoaderError
 from energon_arrow.loader.mds_tree import JoinMember, Leaf
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.source import SplitSource, map_index, open_split
@@ -170,6 +170,12 @@ class JoinedBuilder(SampleBuilder):
             self.primary.build(key, parts, shard, sample_index, split_index, seed),
             *(self._member(i, split_index, seed) for i in range(len(self.members))),
         ]
-        if self.names is None:
-            return self.joiner(*samples)
-        return self.joiner(**dict(zip(self.names, samples)))
+        try:
+            if self.names is None:
+                return self.joiner(*samples)
+            return self.joiner(**dict(zip(self.names, samples)))
+        except SYSTEM_EXCEPTIONS:
+            raise
+        except Exception as exc:  # a sample that does not load: the loader's error policy (energon's handler)
+            name = getattr(self.joiner, "__qualname__", repr(self.joiner))
+            raise JoinerError(shard, key, name, exc) from exc

@@ -77,6 +77,38 @@ def test_nonmatch_error_names_the_key(tmp_path, roots):
         _val(_mds(tmp_path, roots, "error", joiner, mapping=False))
 
 
+def picky_join(primary, other):
+    """A joiner that fails for one key."""
+    if primary.__key__ == "000001_000002":
+        raise ValueError("cannot join this one")
+    return join_pair(primary, other)
+
+
+def test_a_joiner_that_raises_follows_the_error_policy(tmp_path, roots):
+    """As in energon (the joiner runs in load_sample): the error handler gets it and the sample is skipped; with
+    skip_errors=False a JoinerError names shard, key and joiner."""
+    from energon_arrow.loader.errors import JoinerError
+
+    path = _mds(
+        tmp_path, roots, "none", "{__module__: tests.loader.test_metadataset_join, __class__: picky_join}"
+    )
+    seen = []
+    wc = ea.WorkerConfig(
+        rank=0, world_size=1, num_workers=0, global_error_handler=lambda e, s, src=None: seen.append(e)
+    )
+    ds = ea.get_val_dataset(path, split_part="train", worker_config=wc, batch_size=4, task_encoder=RawTE())
+    keys = [s.__key__ for b in ea.get_loader(ds) for s in b]
+    assert len(keys) == 17 and "000001_000002" not in keys
+    assert [type(e).__name__ for e in seen] == ["JoinerError"] and "picky_join failed" in str(seen[0])
+    ds = ea.get_val_dataset(
+        path, split_part="train", worker_config=wc, batch_size=4, task_encoder=RawTE(), skip_errors=False
+    )
+    with pytest.raises(
+        JoinerError, match=r"sample '000001_000002': the joiner picky_join failed: ValueError"
+    ):
+        list(ea.get_loader(ds))
+
+
 def test_load_dataset_gives_a_joined_factory_with_joined_samples(tmp_path, roots):
     joiner = "{__module__: tests.loader.test_metadataset_join, __class__: join_pair}"
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
