@@ -34,7 +34,7 @@ from energon_arrow.index.build_dir import build_dir
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.resume import WORK_DIR, WorkFolder
-from energon_arrow.index.workers import default_workers, index_one, index_shards, write_tar_index
+from energon_arrow.index.workers import default_workers, index_shards, shard_indexes
 from energon_arrow.meta import (
     DATASET_YAML,
     INDEX_SQLITE,
@@ -55,7 +55,6 @@ from energon_arrow.meta import (
     ratio_split,
     sample_loader_py,
     split_yaml_bytes,
-    tar_index_name,
     unmatched_parts,
 )
 from energon_arrow.tar import TarFormatError
@@ -277,11 +276,13 @@ def prepare_dataset(
 
         if options.energon_index:
             sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
-            media = _media_pass(storage, build, options)
+            from energon_arrow.index.media_tables import media_pass  # light: imports no media reader
+
+            media = media_pass(storage, build, options.media_filter, options.num_workers or default_workers())
         side = SideIndexWriter(build, energon_index=options.energon_index)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
-        for f, index in _shard_indexes(storage, plan, scanned, result):
+        for f, index in shard_indexes(storage, plan, scanned, result):
             if isinstance(index, TarFormatError):
                 if not options.skip_bad_shards:
                     raise index
@@ -376,50 +377,6 @@ def prepare_dataset(
             remover.join()
     result.seconds = time.perf_counter() - start
     return result
-
-
-def _media_pass(storage, build: str, options: PrepareOptions):
-    """The media tables' part of this prepare (`energon_arrow.index.media_prepare.MediaPass`), None when there is none:
-    no filter given and no media tables in the previous index (then nothing media-related is imported)."""
-    from energon_arrow.index.media_tables import has_media_tables
-
-    previous = storage.local_path(f"{META_DIR}/{INDEX_SQLITE}") if storage.is_local else None
-    if previous is not None and not has_media_tables(previous):
-        previous = None
-    if options.media_filter is None and previous is None:
-        return None
-    from energon_arrow.index.media_prepare import MediaPass
-
-    return MediaPass(storage, build, options.media_filter, options.num_workers or default_workers(), previous)
-
-
-def _shard_indexes(storage, plan: Plan, scanned, result: PrepareResult):
-    """`(FileInfo, ShardIndex | TarFormatError)` of every shard in order: reused from the previous index,
-    resumed from the work folder, or read now (`scanned`)."""
-    work = WorkFolder(storage)
-    for f in plan.shards:
-        if plan.reuse[f.path]:
-            index = plan.previous.shard_rows(f.path)
-            result.reused += 1
-            if index.fingerprint is None:  # indexed by a version that did not record fingerprints
-                index.fingerprint = read_fingerprints(storage, [(f.path, f.size, index.data_end)])[0]
-        elif f.path in plan.resumed:
-            index = work.load(f)
-            if index is None:  # removed or torn since the listing: index it here
-                index = index_one(storage, f.path, f.size, False)
-                result.indexed += 1
-            else:
-                result.resumed += 1
-        else:
-            _, index = next(scanned)
-            result.indexed += 1
-            yield f, index
-            continue
-        if not isinstance(index, TarFormatError) and plan.files.get(tar_index_name(f.path)) != 8 * (
-            index.sample_count + 1
-        ):
-            write_tar_index(storage, f.path, index.tar_index())
-        yield f, index
 
 
 def _clear_work(storage, result: PrepareResult) -> None:

@@ -2,7 +2,8 @@
 per shard) feeding forked CPU processes.
 
 `index_shards(storage, shards, num_workers, write_tar_idx=True)` yields
-`(position, ShardIndex | TarFormatError)` in input order. Each good shard's `.tar.idx` is written next to it:
+`(position, ShardIndex | TarFormatError)` in input order; `shard_indexes` merges them with the shards a prepare
+reuses or resumes. Each good shard's `.tar.idx` is written next to it:
 locally by the worker that read it (temporary name, then rename), on object stores in batches of concurrent PUTs.
 Storage errors other than bad tar content propagate. On object stores the last `.tar.idx` uploads are awaited
 (and their errors raised) when the consumer exhausts the iterator: consume it to the end.
@@ -185,3 +186,33 @@ def _scan(storage, shards, num_workers, write_tar_idx, work_entries):
 
 def default_workers() -> int:
     return max(1, min(16, os.cpu_count() or 1))
+
+
+def shard_indexes(storage, plan, scanned, result):
+    """`(FileInfo, ShardIndex | TarFormatError)` of every shard of a prepare's `plan` in order: reused from the
+    previous index, resumed from the work folder, or read now (`scanned`: `index_shards`' iterator); counts them in
+    `result` (a PrepareResult)."""
+    work = WorkFolder(storage)
+    for f in plan.shards:
+        if plan.reuse[f.path]:
+            index = plan.previous.shard_rows(f.path)
+            result.reused += 1
+            if index.fingerprint is None:  # indexed by a version that did not record fingerprints
+                index.fingerprint = read_fingerprints(storage, [(f.path, f.size, index.data_end)])[0]
+        elif f.path in plan.resumed:
+            index = work.load(f)
+            if index is None:  # removed or torn since the listing: index it here
+                index = index_one(storage, f.path, f.size, False)
+                result.indexed += 1
+            else:
+                result.resumed += 1
+        else:
+            _, index = next(scanned)
+            result.indexed += 1
+            yield f, index
+            continue
+        if not isinstance(index, TarFormatError) and plan.files.get(tar_index_name(f.path)) != 8 * (
+            index.sample_count + 1
+        ):
+            write_tar_index(storage, f.path, index.tar_index())
+        yield f, index
