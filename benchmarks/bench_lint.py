@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 
-from benchmarks.harness import Comparison, alternate
+from benchmarks.harness import Comparison, alternate, timed_command
 
 PARALLEL = "2"
 
@@ -40,15 +38,6 @@ def _dataset(root: str, shards: int, per_shard: int) -> str:
     return root
 
 
-def _run(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return elapsed
-
-
 def run(args) -> list[Comparison]:
     from energon_arrow.testing.reference import energon_command
 
@@ -57,7 +46,9 @@ def run(args) -> list[Comparison]:
     root = _dataset(os.path.join(base, f"lint-{shards}x{per_shard}"), shards, per_shard)
     ours_cmd = [sys.executable, "-m", "energon_arrow", "lint", root, "--no-progress", "--parallel", PARALLEL]
     ref_cmd = [*energon_command(), "lint", root, "--parallel", PARALLEL]
-    ours, ref = alternate(lambda: _run(ours_cmd), lambda: _run(ref_cmd), 1 if args.quick else args.repeats)
+    ours, ref = alternate(
+        lambda: timed_command(ours_cmd), lambda: timed_command(ref_cmd), 1 if args.quick else args.repeats
+    )
     return [
         Comparison(
             name=f"lint {shards}x{per_shard} samples (jpg decode + txt), CLI end to end",

@@ -17,16 +17,12 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tarfile
-import time
 
-from benchmarks.harness import Comparison, alternate
+from benchmarks.harness import Comparison, alternate, timed_command
 from energon_arrow.testing.reference import energon_command
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 BY_EXTENSION = "--media-metadata-by-extension"
 
 
@@ -62,15 +58,6 @@ def _data(quick: bool) -> tuple[str, str, str, str, int]:
     return *paths, shards * per_shard
 
 
-def _run(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
-    return elapsed
-
-
 def _media_rows(root: str) -> int:
     with contextlib.closing(sqlite3.connect(os.path.join(root, ".nv-meta", "index.sqlite"))) as db:
         return db.execute("SELECT count(*) FROM media_metadata").fetchone()[0]
@@ -80,26 +67,18 @@ def run(args) -> list[Comparison]:
     wds_ours, wds_ref, folder_ours, folder_ref, images = _data(args.quick)
     repeats = 1 if args.quick else args.repeats
     # --force-overwrite: every run does the whole work (energon's refuses a prepared dataset without it)
-    prep = [
-        "--non-interactive",
-        "--split-ratio",
-        "1,0,0",
-        "--no-progress",
-        "--num-workers",
-        "2",
-        BY_EXTENSION,
-    ]
-    prep.append("--force-overwrite")
+    prep = ["--non-interactive", "--split-ratio", "1,0,0", "--no-progress", "--num-workers", "2"]
+    prep += [BY_EXTENSION, "--force-overwrite"]
     ours_cmd = [sys.executable, "-m", "energon_arrow", "prepare", wds_ours, *prep]
     ref_cmd = [*energon_command(), "prepare", wds_ref, *prep]
-    ours, ref = alternate(lambda: _run(ours_cmd), lambda: _run(ref_cmd), repeats)
+    ours, ref = alternate(lambda: timed_command(ours_cmd), lambda: timed_command(ref_cmd), repeats)
     rows = (_media_rows(wds_ours), _media_rows(wds_ref))
     if rows != (images, images):
         raise RuntimeError(f"media rows (ours, energon's) {rows}, expected {images} each")
     media = ["--no-progress", "--num-workers", "2", BY_EXTENSION]
     f_ours, f_ref = alternate(
-        lambda: _run([sys.executable, "-m", "energon_arrow", "prepare-media", folder_ours, *media]),
-        lambda: _run([*energon_command(), "prepare-media", folder_ref, *media]),
+        lambda: timed_command([sys.executable, "-m", "energon_arrow", "prepare-media", folder_ours, *media]),
+        lambda: timed_command([*energon_command(), "prepare-media", folder_ref, *media]),
         repeats,
     )
     folder_rows = (_media_rows(folder_ours), _media_rows(folder_ref))

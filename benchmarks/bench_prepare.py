@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
 
-from benchmarks.harness import Comparison, alternate, carried_rows, selected_parts
+from benchmarks.harness import Comparison, alternate, carried_rows, selected_parts, timed_command
 from energon_arrow.adapters import open_storage
 from energon_arrow.testing.reference import energon_command
 from energon_arrow.testing.synthetic import write_webdataset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 
 
 def _dataset(quick: bool) -> tuple[str, str, int, int]:
@@ -38,21 +36,14 @@ def _dataset(quick: bool) -> tuple[str, str, int, int]:
     return ours, ref, shards, samples
 
 
-def _run(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
-    return elapsed
-
-
 def _local(args) -> Comparison:
     ours_dir, ref_dir, shards, samples = _dataset(args.quick)
     common = ["--non-interactive", "--split-ratio", "8,1,1", "--force-overwrite", "--no-progress"]
     ours_cmd = [sys.executable, "-m", "energon_arrow", "prepare", ours_dir, *common, "--num-workers", "2"]
     ref_cmd = [*energon_command(), "prepare", ref_dir, *common, "--num-workers", "2"]
-    ours, ref = alternate(lambda: _run(ours_cmd), lambda: _run(ref_cmd), 1 if args.quick else args.repeats)
+    ours, ref = alternate(
+        lambda: timed_command(ours_cmd), lambda: timed_command(ref_cmd), 1 if args.quick else args.repeats
+    )
     return Comparison(
         name=f"prepare local {shards}x{samples}x3 (CLI end to end)",
         unit="s",

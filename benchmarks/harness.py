@@ -10,11 +10,15 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
@@ -67,6 +71,17 @@ class Comparison:
             f"{self.name}: ours {self.ours_median:.4g} {self.unit}, reference {self.reference_median:.4g} "
             f"{self.unit}, ratio {self.ratio:.2f}x{target}"
         )
+
+
+def timed_command(cmd: list[str]) -> float:
+    """Seconds one command line takes end to end, run from the repository root; a failure raises RuntimeError
+    with its exit code and the end of its stderr."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return elapsed
 
 
 def timed(fn: Callable[[], object]) -> float:
