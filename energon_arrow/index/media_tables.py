@@ -162,39 +162,43 @@ class MediaLookup:
 
 
 PREPARE_HINT = (
-    "Run `energon-arrow prepare --media-metadata-by-...` (a WebDataset) or `energon-arrow prepare-media"
+    "Run `energon-arrow prepare --media-metadata-by-...` (a WebDataset) or `energon-arrow prepare-media "
+    "--media-metadata-by-...` (a folder) to generate it."
 )
-PREPARE_HINT += " --media-metadata-by-...` (a folder) to generate it."
 
 
 def open_media_lookup(storage, rel: str = ".nv-meta/index.sqlite") -> MediaLookup:
-    """The `MediaLookup` of the dataset at `storage` (its index.sqlite downloaded once per process from object
-    stores); RuntimeError naming the dataset when it has no media metadata."""
+    """The `MediaLookup` of the dataset at `storage` (its index.sqlite streamed once per process from object stores
+    into a private temporary folder, removed with the lookup); RuntimeError naming the dataset when it has no media
+    metadata."""
     from energon_arrow.adapters import NotFound
 
+    missing = f"Media metadata database missing at {storage.url_of(rel)}. {PREPARE_HINT}"
     if storage.is_local:
         path = storage.local_path(rel)
         if not os.path.isfile(path):
-            raise RuntimeError(f"Media metadata database missing at {storage.url_of(rel)}. {PREPARE_HINT}")
+            raise RuntimeError(missing)
+        lookup = MediaLookup(path)
     else:
-        import tempfile
+        import shutil
         import weakref
 
-        try:
-            data = storage.read_bytes(rel)
-        except NotFound:
-            raise RuntimeError(
-                f"Media metadata database missing at {storage.url_of(rel)}. {PREPARE_HINT}"
-            ) from None
-        tmp = tempfile.mkdtemp(prefix="ea-media-")
-        path = os.path.join(tmp, "index.sqlite")
-        with open(path, "wb") as f:
-            f.write(data)
-    lookup = MediaLookup(path)
-    if not storage.is_local:
-        import shutil
+        from energon_arrow.adapters.publish import private_mkdtemp
 
-        weakref.finalize(lookup, shutil.rmtree, os.path.dirname(path), True)
+        tmp = private_mkdtemp("ea-media-")
+        path = os.path.join(tmp, "index.sqlite")
+        try:
+            with open(path, "wb") as f:
+                for chunk in storage.iter_chunks(rel):  # an index.sqlite can be GBs: never whole in memory
+                    f.write(chunk)
+        except NotFound:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RuntimeError(missing) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        lookup = MediaLookup(path)
+        weakref.finalize(lookup, shutil.rmtree, tmp, True)
     if not lookup.has_table():
         raise RuntimeError(f"Media metadata is not available for the dataset {storage.url}. {PREPARE_HINT}")
     return lookup
