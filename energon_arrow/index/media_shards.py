@@ -70,9 +70,7 @@ def _extract_one(media_filter, name: str, pread, offset: int, size: int, where: 
         return media_filter.extract(name, part_stream(pread, offset, size))
     except (ImportError, MediaError):
         raise
-    except (
-        Exception
-    ) as exc:  # Pillow errors other than "not an image" (e.g. a decompression bomb), I/O errors
+    except Exception as exc:  # Pillow errors other than "not an image" (a decompression bomb), I/O errors
         raise MediaError(f"{where}: cannot read the media metadata ({type(exc).__name__}: {exc})") from exc
 
 
