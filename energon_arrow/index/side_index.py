@@ -285,13 +285,16 @@ def _open_parquet(storage, rel: str) -> pq.ParquetFile:
 
 
 def read_side_index(storage) -> SideIndex | None:
+    """The previous side index for an incremental prepare; None when there is none usable - missing, of another
+    schema, or unreadable (a 0-byte or cut object left by a publish that was killed on an object store): the
+    prepare then indexes every shard again, which is what completes such a torn publish."""
     files = {}
-    for name, rel in SIDE_INDEX_NAMES.items():
-        try:
+    try:
+        for name, rel in SIDE_INDEX_NAMES.items():
             files[name] = _open_parquet(storage, f"{SIDE_INDEX_DIR.split('/', 1)[0]}/{rel}")
-        except NotFound:
-            return None
-    shards = with_optional_columns(files["shards"].read(), "shards")
+        shards = with_optional_columns(files["shards"].read(), "shards")
+    except (NotFound, pa.ArrowInvalid):
+        return None
     if shards.schema.names != SHARDS_SCHEMA.names:
         return None
     for name, schema in (("samples", SAMPLES_SCHEMA), ("parts", PARTS_SCHEMA)):

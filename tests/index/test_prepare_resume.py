@@ -128,6 +128,22 @@ def test_force_ignores_kept_rows(tmp_path):
     assert not os.path.exists(os.path.join(root, WORK_DIR))
 
 
+@pytest.mark.parametrize("name", ["samples", "shards"])
+def test_unreadable_previous_side_index_is_rebuilt(tmp_path, name):
+    """A 0-byte side-index file (what a publish killed on an object store left in CI) is not a previous index to
+    reuse: the next prepare indexes every shard and publishes a readable one."""
+    from energon_arrow.query import open_dataset
+
+    root = str(tmp_path / "ds")
+    write_webdataset(root, shards=3, samples_per_shard=5, image_bytes=64)
+    prepare_dataset(root, PrepareOptions(split_ratio=RATIO, num_workers=1))
+    open(os.path.join(root, ".nv-meta", "arrow", f"{name}.parquet"), "wb").close()
+    result = prepare_dataset(root, PrepareOptions(split_ratio=RATIO, num_workers=1))
+    assert (result.reused, result.indexed) == (0, 3)
+    with open_dataset(root) as ds:
+        assert ds.sql("SELECT count(*) AS n FROM samples").arrow()["n"][0].as_py() == 15
+
+
 def _keys(root: str) -> list[str]:
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
     loader = ea.get_loader(ea.get_val_dataset(root, split_part="train", worker_config=wc, batch_size=4))
