@@ -30,6 +30,7 @@ from energon_arrow.loader.image_batch import image_column
 from energon_arrow.loader.image_slots import SlotAllocator
 from energon_arrow.loader.members import split_sample
 from energon_arrow.loader.source import SplitSource
+from energon_arrow.loader.spans import Spans
 from energon_arrow.samples.batch import generic_batch
 from energon_arrow.samples.decoders import ImageDecode
 from energon_arrow.samples.jpeg_bytes import pack_images
@@ -88,7 +89,9 @@ def columnar_batch(
                     else:
                         fields[name] = image_column(payloads, fn, seeds, slots, name, device_normalize)
                     continue
-                if fn is None:
+                if fn is None and isinstance(views, Spans):
+                    cache[ref.part] = views.payloads(offs, sizes)
+                elif fn is None:
                     cache[ref.part] = [
                         bytes(v[o : o + s]) for v, o, s in zip(views, offs.tolist(), sizes.tolist())
                     ]

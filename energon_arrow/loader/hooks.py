@@ -109,7 +109,8 @@ _SEED_STRIDE, _BATCH_STRIDE = 1_000_003, 65_537
 
 def position_seeds(seed: int, b: int, n: int) -> list[int]:
     """The per-sample seeds of the n samples of batch b (task-encoder reseeding, random image crops)."""
-    return (seed * _SEED_STRIDE + b * _BATCH_STRIDE + np.arange(n, dtype=np.int64)).tolist()
+    base = seed * _SEED_STRIDE + b * _BATCH_STRIDE
+    return list(range(base, base + n))
 
 
 @contextlib.contextmanager

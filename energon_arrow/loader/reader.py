@@ -2,7 +2,7 @@
 
 Local shards: rows are grouped by shard and merged into runs of nearby samples (a block of the epoch order is
 contiguous on disk), each run is one `os.pread` on a per-process cached descriptor, and every sample is a
-memoryview into the run's buffer. Object stores: `open_readers` gives a `WindowReader` (large ranged GETs
+position in the run's buffer (loader/spans.py). Object stores: `open_readers` gives a `WindowReader` (large ranged GETs
 planned over groups of batches, loader/window_reader.py) or, with the `local_cache` storage option, a `CachedShardReader`
 that reads node-local copies of whole shards (adapters/shard_cache.py) exactly like local shards.
 """
@@ -19,6 +19,7 @@ from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.errors import StaleIndexError
 from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.loader.source import SplitSource
+from energon_arrow.loader.spans import Spans
 
 MAX_GAP = 64 * 1024  # bytes of unneeded data worth reading to merge two runs
 PLAN_AHEAD = (
@@ -96,7 +97,7 @@ class SampleReader:
     def announce(self, rows: np.ndarray) -> None:
         """Rows of a later batch: local reads need no plan (CachedShardReader starts fetching their shards)."""
 
-    def read(self, rows: np.ndarray) -> list[memoryview]:
+    def read(self, rows: np.ndarray) -> Spans | list[memoryview]:
         """The bytes of each row's sample, in `rows` order."""
         src = self.src
         cols = self._cols.batch(rows)
@@ -113,23 +114,23 @@ class SampleReader:
         new = np.ones(len(rows), bool)
         new[1:] = (s_shard[1:] != s_shard[:-1]) | (s_off[1:] > run_end[:-1] + MAX_GAP)
         starts = np.flatnonzero(new)
-        ends = np.append(starts[1:], len(rows))
-        out: list[memoryview | None] = [None] * len(rows)
-        order_l = order.tolist()
-        for a, b in zip(starts.tolist(), ends.tolist()):
-            lo, hi = int(s_off[a]), int(s_end[a:b].max())
-            sid = int(s_shard[a])
+        run_lo = s_off[starts]
+        run_hi = np.maximum.reduceat(s_end, starts)
+        buffers = []
+        for sid, lo, hi in zip(s_shard[starts].tolist(), run_lo.tolist(), run_hi.tolist()):
             data = os.pread(self._fd(sid), hi - lo, lo)
             if len(data) != hi - lo:
                 raise StaleIndexError(
                     f"{src.storage.url_of(src.shard_paths[sid])}: shard ends before byte {hi} that the index "
                     f"expects (shard changed since prepare); run prepare again"
                 )
-            view = memoryview(data)
-            for j in range(a, b):
-                o = int(s_off[j]) - lo
-                out[order_l[j]] = view[o : o + int(s_end[j] - s_off[j])]
-        return out  # type: ignore[return-value]
+            buffers.append(data)
+        run = np.cumsum(new) - 1  # each sorted sample's run
+        buf = np.empty(len(rows), np.int64)
+        start = np.empty(len(rows), np.int64)
+        buf[order] = run
+        start[order] = s_off - run_lo[run]
+        return Spans(buffers, buf, start, np.asarray(size, np.int64))
 
     def close(self) -> None:
         self._files.close()

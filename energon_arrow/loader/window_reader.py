@@ -18,7 +18,7 @@ Groups are planned one group ahead of the batches the dataset announces (it anno
 reading them), or when a batch is read, so the next group's windows are fetched while this one is read. This
 worker's windows are fetched in the background, earliest needed first, while the bytes fetched or held stay
 within the per-worker byte budget (the windows of the batch being read are always fetched); `read(rows)`
-serves the next batch of this worker from its windows as zero-copy views (windows of other workers are taken
+serves the next batch of this worker as positions in its windows (loader/spans.py) (windows of other workers are taken
 from shared memory then), and drops every window no later batch of this worker reads. Failed GETs are retried
 by the adapters (fetch_groups); every window of one shard fetched by a worker comes from one version of the
 object (ETag pins).
@@ -26,6 +26,7 @@ object (ETag pins).
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from energon_arrow.loader.remote_plan import (
     plan_group,
 )
 from energon_arrow.loader.source import SplitSource
+from energon_arrow.loader.spans import Spans
 from energon_arrow.loader.window_share import WindowShare
 
 
@@ -74,7 +76,7 @@ class _Window:
     readers: list[int]  # the other workers that read it (when this worker fetches it)
     own: bool  # fetched by this worker (else taken from the worker that fetches it)
     future: Future | None = None
-    view: memoryview | None = None
+    view: bytes | mmap.mmap | None = None
 
     @property
     def nbytes(self) -> int:
@@ -241,7 +243,7 @@ class WindowReader:
         return data
 
     # ---- reading -----------------------------------------------------------------------------------------
-    def read(self, rows: np.ndarray) -> list[memoryview]:
+    def read(self, rows: np.ndarray) -> Spans:
         """The bytes of each row's sample, in `rows` order: the next batch of this worker."""
         rows = np.asarray(rows, np.int64)
         if not len(rows):
@@ -259,14 +261,19 @@ class WindowReader:
             self._announced = max(self._announced, self._next_read)
             self._submit(seq)
             windows = {n: self._windows[n] for n in dict.fromkeys(names)}
-        buffers = {n: self._buffer(w) for n, w in windows.items()}
-        out = [buffers[n][a : a + k] for n, a, k in zip(names, inner.tolist(), size.tolist())]
+        slot = {n: i for i, n in enumerate(windows)}
+        spans = Spans(
+            [self._buffer(w) for w in windows.values()],
+            np.array([slot[n] for n in names], np.int64),
+            np.asarray(inner, np.int64),
+            np.asarray(size, np.int64),
+        )
         with self._lock:
             self._release()
             self._submit(None)
-        return out
+        return spans
 
-    def _buffer(self, w: _Window) -> memoryview:
+    def _buffer(self, w: _Window) -> bytes | mmap.mmap:
         """The bytes of a window: this worker's fetch, or the mapping of the fetching worker's (fetched here
         when that one does not come)."""
         if w.view is None:
@@ -282,7 +289,7 @@ class WindowReader:
                         self._held += w.nbytes
                     w.view = view
                     return view
-            w.view = memoryview(w.future.result())
+            w.view = w.future.result()
         return w.view
 
     def _pool_submit(self, w: _Window) -> Future:

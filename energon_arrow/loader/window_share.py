@@ -79,7 +79,7 @@ class WindowShare:
             return False
         return (st.f_bavail * st.f_frsize - size) * 2 >= st.f_blocks * st.f_frsize
 
-    def take(self, name: str, size: int) -> memoryview | None:
+    def take(self, name: str, size: int) -> mmap.mmap | None:
         """This worker's link of window `name` as a read-only mapping, waiting for it up to `wait_s`; None when
         it must be fetched here (the fetcher could not share it, or it did not come)."""
         if not self.waiting:
@@ -101,7 +101,7 @@ class WindowShare:
             got = os.fstat(fd).st_size
             if got != size or size == 0:
                 return None
-            return memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ))
+            return mmap.mmap(fd, size, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
 

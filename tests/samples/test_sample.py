@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 import torch
@@ -54,6 +55,14 @@ def test_source_info_fields_match_energon():
     assert info.shard_name == "s.tar" and hash(info) == hash(ea.SourceInfo("/d", 3, "s.tar", ("k.txt",)))
     with pytest.raises(AttributeError):
         info.index = 4  # immutable, like energon's frozen dataclass
+
+
+def test_source_info_pickles_as_itself():
+    info = ea.SourceInfo("/d", 3, "s.tar", ("k.jpg", "k.txt"))
+    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+        back = pickle.loads(pickle.dumps([(info,), (info,)], protocol))
+        assert back == [(info,), (info,)] and type(back[0][0]) is ea.SourceInfo
+        assert back[0][0].file_names == ("k.jpg", "k.txt")
 
 
 def test_kw_only_construction_and_extra_attributes():
