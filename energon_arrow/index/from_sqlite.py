@@ -25,10 +25,12 @@ from energon_arrow.adapters import NotFound, Storage
 from energon_arrow.index.schema import (
     PARTS_SCHEMA,
     SAMPLES_SCHEMA,
+    SET_KEY,
     SHARDS_SCHEMA,
     SIDE_INDEX_DIR,
     SIDE_INDEX_VERSION,
     parquet_options,
+    set_id,
     with_optional_columns,
 )
 from energon_arrow.index.summary import SUMMARY_FILE, summarize, with_identity
@@ -173,7 +175,11 @@ def side_index_from_sqlite(storage: Storage) -> dict[str, pa.Table]:
         samples, parts = read_sqlite_tables(path, storage.url_of(SQLITE_REL))
     _check_counts(samples, shard_names, counts, storage.url)
     shards = _shards_table(storage, samples, shard_names, counts)
-    metadata = {META_SOURCE: b"index.sqlite", META_VERSION: str(SIDE_INDEX_VERSION).encode()}
+    metadata = {
+        META_SOURCE: b"index.sqlite",
+        META_VERSION: str(SIDE_INDEX_VERSION).encode(),
+        SET_KEY: set_id(*(shards.column(c).to_pylist() for c in ("path", "size", "mtime", "etag"))),
+    }
     uuid = read_index_uuid(storage)
     if uuid:
         metadata[META_UUID] = uuid.encode()

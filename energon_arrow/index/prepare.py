@@ -279,7 +279,7 @@ def prepare_dataset(
             from energon_arrow.index.media_tables import media_pass  # light: imports no media reader
 
             media = media_pass(storage, build, options.media_filter, options.num_workers or default_workers())
-        side = SideIndexWriter(build, energon_index=options.energon_index)
+        side = SideIndexWriter(build, plan.shards, energon_index=options.energon_index)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
         for f, index in shard_indexes(storage, plan, scanned, result):

@@ -6,6 +6,8 @@ content_offset); shards by shard_id. shard_id is energon's tar_file_id (position
 
 from __future__ import annotations
 
+import hashlib
+
 import pyarrow as pa
 
 SIDE_INDEX_DIR = ".nv-meta/arrow"
@@ -48,6 +50,26 @@ PARTS_SCHEMA = pa.schema(
 OPTIONAL_COLUMNS = {"shards": ("fingerprint",)}
 
 SIDE_INDEX_FILES = {"shards": SHARDS_SCHEMA, "samples": SAMPLES_SCHEMA, "parts": PARTS_SCHEMA}
+
+# Schema metadata key of an id that the shards, samples and parts files of one side index share (`set_id`). An object
+# store takes a publish as one PUT per file, so a publish cut off can leave files of two prepares side by side;
+# readers must not take them as one index (files written before this key: all without it, taken as one set).
+SET_KEY = b"energon_arrow.set"
+
+
+def set_id(paths, sizes, mtimes, etags) -> bytes:
+    """The set id of a side index of these shards (in this order, with these identities when indexed): prepares
+    of the same shard files share it, and they write the same rows (an interrupted prepare resumed writes the
+    bytes of an uninterrupted one)."""
+    digest = hashlib.sha256(f"side index {SIDE_INDEX_VERSION}\n".encode())
+    for shard in zip(paths, sizes, mtimes, etags):
+        digest.update(repr(shard).encode() + b"\n")
+    return digest.hexdigest()[:32].encode()
+
+
+def same_set(metadatas) -> bool:
+    """Whether side-index files with these schema metadata dicts (None: no metadata) were written together."""
+    return len({(m or {}).get(SET_KEY) for m in metadatas}) == 1
 
 
 # Parquet encodings by column name (the other columns: dictionary, plain where the dictionary grows too large):

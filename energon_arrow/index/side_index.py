@@ -1,12 +1,13 @@
 """Parquet side indexes under `.nv-meta/arrow/` (schemas in `energon_arrow.index.schema`, docs/format.md).
 
-- `SideIndexWriter(folder)`: streaming writers for `shards.parquet`, `samples.parquet`, `parts.parquet` and their
-  summary `summary.parquet` (`index.summary`, computed from each flushed group of whole shards);
+- `SideIndexWriter(folder, shards)`: streaming writers for `shards.parquet`, `samples.parquet`, `parts.parquet`
+  and their summary `summary.parquet` (`index.summary`, computed from each flushed group of whole shards), every
+  file marked with the set id of `shards` (schema.SET_KEY: readers do not take files of two prepares as one);
   `.add_shard(shard_id, path, size, mtime, etag, index)` appends one shard (rows stay in shard_id order when shards are
   added in that order), `.close() -> {relative name: local path}` for `Storage.publish_folder`; after `close`,
   `.tables` holds the samples and parts tables when they were written as one group (else {}), so that the
   loader's row index is built without reading them back.
-- `read_side_index(storage) -> SideIndex | None`: the previous side index of a dataset (None when absent), with
+- `read_side_index(storage) -> SideIndex | None`: the previous side index of a dataset (None when absent or torn), with
   `.shard_rows(path)` giving back an indexed shard's rows (for incremental prepare).
 """
 
@@ -25,9 +26,12 @@ from energon_arrow.adapters import NotFound
 from energon_arrow.index.schema import (
     PARTS_SCHEMA,
     SAMPLES_SCHEMA,
+    SET_KEY,
     SHARDS_SCHEMA,
     SIDE_INDEX_DIR,
     parquet_options,
+    same_set,
+    set_id,
     with_optional_columns,
 )
 from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_SCHEMA, summarize, with_identity
@@ -53,15 +57,20 @@ def has_energon_index(shards_schema: pa.Schema) -> bool:
 
 
 class SideIndexWriter:
-    def __init__(self, folder: str, energon_index: bool = True):
+    def __init__(self, folder: str, shards: list, energon_index: bool = True):
+        """`shards`: the listing entries (path, size, mtime, etag) of the shards to index, which name the set."""
         self.folder = folder
         self.energon_index = energon_index
         os.makedirs(os.path.join(folder, "arrow"), exist_ok=True)
         self.paths = {name: os.path.join(folder, rel) for name, rel in SIDE_INDEX_NAMES.items()}
+        # in every file's metadata (schema.SET_KEY)
+        self.set_id = set_id(*([getattr(f, a) for f in shards] for a in ("path", "size", "mtime", "etag")))
+        samples_schema = SAMPLES_SCHEMA.with_metadata({SET_KEY: self.set_id})
+        parts_schema = PARTS_SCHEMA.with_metadata({SET_KEY: self.set_id})
         self._samples = pq.ParquetWriter(
-            self.paths["samples"], SAMPLES_SCHEMA, **parquet_options(SAMPLES_SCHEMA)
+            self.paths["samples"], samples_schema, **parquet_options(SAMPLES_SCHEMA)
         )
-        self._parts = pq.ParquetWriter(self.paths["parts"], PARTS_SCHEMA, **parquet_options(PARTS_SCHEMA))
+        self._parts = pq.ParquetWriter(self.paths["parts"], parts_schema, **parquet_options(PARTS_SCHEMA))
         self._shards: list[tuple] = []
         self._pending: dict[str, list[pa.Table]] = {"samples": [], "parts": []}
         self._pending_rows = 0
@@ -161,8 +170,10 @@ class SideIndexWriter:
             ],
             schema=SHARDS_SCHEMA,
         )
+        metadata = {SET_KEY: self.set_id}
         if not self.energon_index:
-            table = table.replace_schema_metadata({ENERGON_INDEX_KEY: b"false"})
+            metadata[ENERGON_INDEX_KEY] = b"false"
+        table = table.replace_schema_metadata(metadata)
         pq.write_table(table, self.paths["shards"], **parquet_options(table.schema))
         summary = pa.concat_tables(self._summary) if self._summary else SUMMARY_SCHEMA.empty_table()
         summary_path = os.path.join(self.folder, SUMMARY_NAME)
@@ -286,8 +297,9 @@ def _open_parquet(storage, rel: str) -> pq.ParquetFile:
 
 def read_side_index(storage) -> SideIndex | None:
     """The previous side index for an incremental prepare; None when there is none usable - missing, of another
-    schema, or unreadable (a 0-byte or cut object left by a publish that was killed on an object store): the
-    prepare then indexes every shard again, which is what completes such a torn publish."""
+    schema, unreadable (a 0-byte or cut object left by a publish that was killed on an object store) or files of
+    different prepares (a publish cut off between them): the prepare then indexes every shard again, which is what
+    completes such a torn publish."""
     files = {}
     try:
         for name, rel in SIDE_INDEX_NAMES.items():
@@ -300,4 +312,10 @@ def read_side_index(storage) -> SideIndex | None:
     for name, schema in (("samples", SAMPLES_SCHEMA), ("parts", PARTS_SCHEMA)):
         if files[name].schema_arrow.names != schema.names:
             return None
+    # files of two prepares (a publish cut off on an object store): the shards table would give rows the samples
+    # and parts files do not hold (a shard reused with none)
+    if not same_set(f.schema_arrow.metadata for f in files.values()):
+        return None
+    if (pc.sum(shards.column("sample_count")).as_py() or 0) != files["samples"].metadata.num_rows:
+        return None
     return SideIndex(shards, ShardSlices(files["samples"]), ShardSlices(files["parts"]))

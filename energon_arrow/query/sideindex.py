@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from energon_arrow.adapters import Storage, StorageError
@@ -28,6 +29,7 @@ from energon_arrow.index.schema import (
     OPTIONAL_COLUMNS,
     SIDE_INDEX_DIR,
     SIDE_INDEX_FILES,
+    same_set,
     with_optional_columns,
 )
 from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_KEY, identity
@@ -106,13 +108,24 @@ def _read_side_index(storage: Storage) -> SideIndex:
     shards = read_parquet(storage, f"{SIDE_INDEX_DIR}/shards.parquet")
     _missing_columns(shards.schema, "shards", storage)
     rows = {}
+    footers = []  # their schemas' metadata
     for name in SIDE_INDEX_FILES:
         if name != "shards":
             footer = _read_footer(storage, f"{SIDE_INDEX_DIR}/{name}.parquet")
-            _missing_columns(footer.schema.to_arrow_schema(), name, storage)
+            arrow_schema = footer.schema.to_arrow_schema()
+            _missing_columns(arrow_schema, name, storage)
             rows[name] = footer.num_rows
+            footers.append(arrow_schema.metadata)
     schema = SIDE_INDEX_FILES["shards"]
     metadata = shards.schema.metadata
+    if (
+        not same_set([metadata, *footers])
+        or (pc.sum(shards.column("sample_count")).as_py() or 0) != rows["samples"]
+    ):
+        raise NotPreparedError(
+            f"{storage.url_of(SIDE_INDEX_DIR)}: unreadable side index (its files are of different prepares: a "
+            f"publish was cut off); rebuild it with {_prepare_hint(storage)}"
+        )
     shards = with_optional_columns(shards, "shards")
     shards = shards.select(schema.names).cast(schema).replace_schema_metadata(metadata)
     side = SideIndex({"shards": shards}, "parquet", rows)

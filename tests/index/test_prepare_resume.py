@@ -144,6 +144,35 @@ def test_unreadable_previous_side_index_is_rebuilt(tmp_path, name):
         assert ds.sql("SELECT count(*) AS n FROM samples").arrow()["n"][0].as_py() == 15
 
 
+def test_side_index_of_two_prepares_is_not_reused(tmp_path):
+    """A publish cut off on an object store can leave the new shards table beside the previous samples and parts
+    files (one PUT per file). Opening such a dataset names the command that completes it, and that prepare does
+    not take the new table's shards as indexed: it gave them no rows (CI, test_kill9 S3, 2026-11-26)."""
+    from energon_arrow.query import NotPreparedError, open_dataset
+
+    root, reference = str(tmp_path / "ds"), str(tmp_path / "reference")
+    arrow = os.path.join(root, ".nv-meta", "arrow")
+    write_webdataset(root, shards=2, samples_per_shard=5, image_bytes=64)
+    prepare_dataset(root, PrepareOptions(split_ratio=RATIO, num_workers=1))
+    old = {n: Path(arrow, f"{n}.parquet").read_bytes() for n in ("samples", "parts")}
+    for path in (root, reference):
+        write_webdataset(path, shards=4, samples_per_shard=5, image_bytes=64)
+    prepare_dataset(root, PrepareOptions(split_ratio=RATIO, num_workers=1))
+    for (
+        name,
+        data,
+    ) in old.items():  # the torn set: shards.parquet of the second prepare, the rest of the first
+        Path(arrow, f"{name}.parquet").write_bytes(data)
+    with pytest.raises(NotPreparedError, match="files are of different prepares.*energon-arrow prepare"):
+        open_dataset(root)
+    result = prepare_dataset(root, PrepareOptions(split_ratio=RATIO, num_workers=1))
+    assert (result.reused, result.indexed, result.samples) == (0, 4, 20)
+    prepare_dataset(reference, PrepareOptions(split_ratio=RATIO, num_workers=1))
+    query = "SELECT shard_id, sample_index, sample_key, byte_offset, byte_size FROM samples"
+    with open_dataset(root) as ds, open_dataset(reference) as ref:
+        assert ds.sql(query).arrow().equals(ref.sql(query).arrow())
+
+
 def _keys(root: str) -> list[str]:
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
     loader = ea.get_loader(ea.get_val_dataset(root, split_part="train", worker_config=wc, batch_size=4))
