@@ -47,9 +47,8 @@ def _batches(root, workers, batches, options=None, **kw):
         batch_size=4,
         shuffle_buffer_size=10,
         max_samples_per_sequence=8,
-        task_encoder=RawTE(),
         storage_options=options,
-        **kw,
+        **{"task_encoder": RawTE(), **kw},
     )
     out = []
     for b in ea.get_loader(ds):
@@ -69,6 +68,22 @@ def test_same_batches_as_local_over_two_epochs(prepared_root, s3_dataset, s3_ser
     local = _batches(prepared_root, workers, n)
     remote = _batches(s3_dataset, workers, n, s3_server.storage_options)
     assert remote == local
+
+
+class PerSampleTE(ea.DefaultTaskEncoder):
+    """Builds every sample on its own (a custom encode_sample): the per-sample path over the readers' Spans."""
+
+    decoder = None
+
+    def encode_sample(self, sample):
+        return sample
+
+
+def test_per_sample_path_reads_the_same_bytes_from_shared_windows(prepared_root, s3_dataset, s3_server):
+    n = EPOCH // 4 + 2  # with 2 workers, half the windows are the other worker's shared mappings
+    local = _batches(prepared_root, 2, n, task_encoder=PerSampleTE())
+    remote = _batches(s3_dataset, 2, n, s3_server.storage_options, task_encoder=PerSampleTE())
+    assert remote == local and local == _batches(prepared_root, 0, n)
 
 
 def _range_bytes(requests) -> int:
