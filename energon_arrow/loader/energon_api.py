@@ -16,6 +16,7 @@ from energon_arrow.loader.cache_pool import check_pool
 from energon_arrow.loader.energon_args import (
     apply_deprecated_kwargs,
     check_dataset_kwargs,
+    config_files,
     refuse_unknown,
 )
 from energon_arrow.loader.energon_dataset import EnergonDataset, build_dataset
@@ -50,8 +51,8 @@ __all__ = [
 ]
 
 
-def _sources(path, split_part, subflavors, storage_options) -> OpenedSources:
-    return open_sources(path, split_part, subflavors, storage_options)
+def _sources(path, split_part, subflavors, storage_options, configs: dict) -> OpenedSources:
+    return open_sources(path, split_part, subflavors, storage_options, **configs)
 
 
 class _Request:
@@ -63,6 +64,7 @@ class _Request:
         self.packing_buffer_size = kwargs.pop("packing_buffer_size", None)
         check_packing(self.te, self.packing_buffer_size, function)
         check_dataset_kwargs(kwargs, function)
+        self.configs = config_files(kwargs, function)
         self.subflavors = kwargs.pop("subflavors", None)
         self.storage_options = kwargs.pop("storage_options", None)
         self.trust_remote_code = kwargs.pop("trust_remote_code", False)
@@ -74,7 +76,7 @@ class _Request:
         refuse_unknown(kwargs, function)
 
     def sources(self, path, split_part: str) -> OpenedSources:
-        return _sources(path, split_part, self.subflavors, self.storage_options)
+        return _sources(path, split_part, self.subflavors, self.storage_options, self.configs)
 
     def build(self, sources, settings: dict, **kw) -> EnergonDataset:
         return build_dataset(

@@ -2,9 +2,11 @@
 
 - accepted, no effect in this design (documented in docs/migration.md, never changing results):
   `parallel_shard_iters`, `checkpoint_every_sec`, `checkpoint_every_min_n_samples`, `n_checkpoints`,
-  `gc_collect_every_n_steps`, the default `dataset_config` / `split_config` file names;
+  `gc_collect_every_n_steps`;
+- `dataset_config` / `split_config` (`config_files`): other `.nv-meta` file names of a prepared dataset, as energon
+  reads them (for a metadataset they belong in its YAML, per dataset);
 - refused with a LoaderError naming the argument when set to a value that would change results and that is not
-  implemented: other `dataset_config` / `split_config` files, `subset=` (use a metadataset's `subset:`);
+  implemented: `subset=` (use a metadataset's `subset:`);
 - energon's deprecated decoder arguments (`auto_decode`, `image_decode`, `av_decode`, `video_decode_audio`)
   set the task encoder's decoder exactly as energon does; the deprecated `handler` is used as the error handler
   of this dataset's task-encoder hooks (energon 7.4.1 warns and ignores it).
@@ -40,16 +42,26 @@ def check_dataset_kwargs(kwargs: dict, function: str) -> None:
     for name in list(kwargs):
         if name in NO_EFFECT:
             kwargs.pop(name)
-    for name, default in DEFAULT_CONFIG_FILES.items():
-        value = kwargs.pop(name, None)
-        if value is not None and value != default:
-            raise LoaderError(
-                f"{function}: {name}={value!r} is not supported: energon-arrow reads .nv-meta/{default}"
-            )
     if kwargs.pop("subset", None) is not None:
         raise LoaderError(
             f"{function}: subset= is not supported here; give the subset in a metadataset (subset:)"
         )
+
+
+def config_files(kwargs: dict, function: str) -> dict:
+    """Pop energon's `dataset_config` / `split_config` (file names under the dataset's `.nv-meta`): the ones that
+    differ from the defaults, for `open_sources`; a name that is not a plain relative file name is refused."""
+    out = {}
+    for name, default in DEFAULT_CONFIG_FILES.items():
+        value = kwargs.pop(name, None)
+        if value is None or value == default:
+            continue
+        if not isinstance(value, str) or not value or value.startswith("/") or ".." in value.split("/"):
+            raise LoaderError(
+                f"{function}: {name}={value!r} must name a file under the dataset's .nv-meta folder"
+            )
+        out[name] = value
+    return out
 
 
 def apply_deprecated_kwargs(kwargs: dict, task_encoder: Any) -> Any:

@@ -1,6 +1,6 @@
 """The loader's sources for a dataset path: a prepared dataset, a crude `.jsonl` dataset or a metadataset split.
 
-`open_sources(path, split_part, subflavors, storage_options)` opens every leaf of a metadataset (see mds_tree.py)
+`open_sources(path, split_part, subflavors, storage_options, dataset_config, split_config)` opens every leaf of a metadataset (see mds_tree.py)
 as a `SplitSource` with its subset, subflavors and aux stores applied, and keeps the blend mode: `weights` for
 `blend:` (sampling proportions), `repetitions` for `blend_epochized:` (exact per-epoch counts).
 `OpenedSources.dataset_arguments(training, repeat)` gives the matching `BatchDataset` blend arguments under energon's
@@ -72,12 +72,26 @@ def open_leaf(leaf: Leaf, storage_options: dict | None = None) -> SplitSource:
 
 
 def open_sources(
-    path, split_part: str, subflavors: dict | None = None, storage_options: dict | None = None
+    path,
+    split_part: str,
+    subflavors: dict | None = None,
+    storage_options: dict | None = None,
+    dataset_config: str | None = None,
+    split_config: str | None = None,
 ) -> OpenedSources:
-    """The sources of `split_part` of a prepared dataset, a `.jsonl` file or a metadataset YAML."""
+    """The sources of `split_part` of a prepared dataset, a `.jsonl` file or a metadataset YAML; `dataset_config`
+    / `split_config`: other file names under a prepared dataset's `.nv-meta` (None: dataset.yaml, split.yaml)."""
     path = str(path)
+    configs = {k: v for k, v in (("dataset_config", dataset_config), ("split_config", split_config)) if v}
+    if configs and (is_metadataset(path) or path.endswith(".jsonl")):
+        kind = (
+            "a .jsonl dataset has no .nv-meta"
+            if path.endswith(".jsonl")
+            else ("give them per dataset in the metadataset (dataset_config: / split_config:)")
+        )
+        raise LoaderError(f"{path}: {sorted(configs)} apply to a prepared dataset: {kind}")
     if not is_metadataset(path):
-        return OpenedSources([open_leaf(Leaf(path, split_part, subflavors), storage_options)])
+        return OpenedSources([open_leaf(Leaf(path, split_part, subflavors, **configs), storage_options)])
     resolved = resolve_split(path, split_part, subflavors, storage_options)
     sources = [open_leaf(leaf, storage_options) for leaf in resolved.leaves]
     multipliers = [leaf.shuffle_over_epochs for leaf in resolved.leaves]

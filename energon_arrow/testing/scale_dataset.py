@@ -82,7 +82,9 @@ def write_scale_dataset(
     for name, schema in (("samples", SAMPLES_SCHEMA), ("parts", PARTS_SCHEMA)):
         _tile(
             pq.read_table(os.path.join(side, f"{name}.parquet")),
-            schema.with_metadata(metadata),  # the shards table's: the files of one side index (schema.SET_KEY)
+            schema.with_metadata(
+                metadata
+            ),  # the shards table's: the files of one side index (schema.SET_KEY)
             n,
             os.path.join(arrow, f"{name}.parquet"),
         )

@@ -9,6 +9,7 @@ import json
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.adapters import NotFound
 from energon_arrow.loader.errors import LoaderError
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -78,8 +79,7 @@ def test_no_effect_arguments_do_not_change_results(prepared_root):
             r"packing_buffer_size=16 needs the task encoder to define both select_samples_to_pack",
         ),
         ({"shuffle_over_epochs_multiplier": 0}, r"shuffle_over_epochs_multiplier must be >= 1, -1 or None"),
-        ({"dataset_config": "other.yaml"}, r"dataset_config='other.yaml' is not supported"),
-        ({"split_config": "other.yaml"}, r"split_config='other.yaml' is not supported"),
+        ({"dataset_config": "../dataset.yaml"}, r"must name a file under the dataset's .nv-meta folder"),
         ({"subset": {"range": [0, 0.5]}}, r"subset= is not supported here"),
         ({"bogus": 1}, r"unknown argument\(s\) \['bogus'\]"),
         (
@@ -92,6 +92,56 @@ def test_no_effect_arguments_do_not_change_results(prepared_root):
 def test_unimplemented_values_refused_by_name(prepared_root, kw, message):
     with pytest.raises(LoaderError, match=message):
         train(prepared_root, **kw)
+
+
+OTHER_SPLIT = """split_parts:
+  train: [shards/shard-000003.tar]
+  val: [shards/shard-000000.tar, shards/shard-000001.tar]
+exclude: [shards/shard-000000.tar/000000_000003]
+"""
+TEXT_DATASET = """sample_type: {__module__: megatron.energon, __class__: TextSample}
+field_map: {text: txt}
+"""
+
+
+def _val_keys(mod, root, task_encoder=None, **kw):
+    """Every key of the val split in order, and the field names of the first batch, through module `mod`."""
+    ds = mod.get_val_dataset(root, split_part="val", worker_config=mod.WorkerConfig(rank=0, world_size=1,
+                             num_workers=0), batch_size=8, **kw, **({"task_encoder": task_encoder} if task_encoder else {}))  # fmt: skip
+    batches = list(mod.get_loader(ds))
+    return [k for b in batches for k in b.__key__], type(batches[0]).__name__
+
+
+def test_other_split_and_dataset_config_files(dataset_copy):
+    """energon's dataset_config / split_config: other files under .nv-meta, read as energon 7.4.1 reads them (its
+    own loader over the same copy gives the same keys in the same order and the same batch type)."""
+    with open(f"{dataset_copy}/.nv-meta/split-other.yaml", "w") as f:
+        f.write(OTHER_SPLIT)
+    with open(f"{dataset_copy}/.nv-meta/dataset-text.yaml", "w") as f:
+        f.write(TEXT_DATASET)
+    kw = {"split_config": "split-other.yaml", "dataset_config": "dataset-text.yaml"}
+    keys, batch_type = _val_keys(ea, dataset_copy, **kw)
+    assert len(keys) == 79 and "000000_000003" not in keys and keys[0].startswith("000000_")
+    assert batch_type == "TextSample"
+    assert _val_keys(ea, dataset_copy, RawTE())[1] == "CaptioningSample"  # the defaults are unchanged
+    train_ds = train(dataset_copy, ea.DefaultTaskEncoder(), repeat=False, **kw)  # TextSample: txt decoded
+    train_keys = [k for b in ea.get_loader(train_ds) for k in b.__key__]
+    assert sorted(train_keys) == sorted(f"000003_{i:06d}" for i in range(40))
+    loader = ea.load_dataset(dataset_copy, **kw).get_datasets(
+        training=False, split_part="val", worker_config=wc()
+    )
+    assert len(loader.datasets) == 1 and len(loader.datasets[0].dataset) == 79
+    with pytest.raises(NotFound, match=r"\.nv-meta/missing\.yaml: not found"):
+        train(dataset_copy, split_config="missing.yaml")
+    energon = pytest.importorskip("megatron.energon")
+    assert _val_keys(energon, dataset_copy, **kw) == (keys, batch_type)
+
+
+def test_config_files_apply_to_prepared_datasets_only(tmp_path):
+    mds = tmp_path / "mds.yaml"
+    mds.write_text("__module__: megatron.energon\n__class__: MetadatasetV2\nsplits: {}\n")
+    with pytest.raises(LoaderError, match="per dataset in the metadataset"):
+        train(str(mds), split_config="other.yaml")
 
 
 def test_loader_arguments_refused_or_checked(prepared_root):

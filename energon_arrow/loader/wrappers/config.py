@@ -225,8 +225,20 @@ class DatasetLoader(DatasetLoaderInterface):
     """energon's loader of a prepared dataset path (what `load_dataset` returns for a dataset; for a metadataset
     YAML it returns a `Metadataset` / `MetadatasetV2`, see `metadatasets`)."""
 
-    def __init__(self, path, *, storage_options: dict | None = None, trust_remote_code: bool = False):
+    def __init__(
+        self,
+        path,
+        *,
+        split_part: str | None = None,
+        dataset_config: str | None = None,
+        split_config: str | None = None,
+        storage_options: dict | None = None,
+        trust_remote_code: bool = False,
+    ):
+        """energon's fields: `split_part` replaces get_datasets' one; `dataset_config` / `split_config` are its
+        defaults (other file names under the dataset's .nv-meta)."""
         self.path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+        self.split_part, self.dataset_config, self.split_config = split_part, dataset_config, split_config
         self.storage_options = storage_options
         self.trust_remote_code = trust_remote_code
 
@@ -237,12 +249,21 @@ class DatasetLoader(DatasetLoaderInterface):
         self,
         *,
         training: bool,
-        split_part: str,
+        split_part: str | None = None,
         worker_config,
         subflavors: dict | None = None,
         shuffle_over_epochs_multiplier: int | None = 1,
         **kwargs,
     ) -> LoadedDatasetList:
+        if self.split_part is not None:  # energon: the loader's own split part wins
+            split_part = self.split_part
+        if split_part is None:
+            raise LoaderError(
+                f"{self.path}: get_datasets needs a split_part (none given to load_dataset either)"
+            )
+        for name in ("dataset_config", "split_config"):
+            if kwargs.get(name) is None and getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
         if shuffle_over_epochs_multiplier not in (1, None):
             raise LoaderError(
                 f"shuffle_over_epochs_multiplier={shuffle_over_epochs_multiplier} is not supported "
