@@ -8,7 +8,8 @@ on `(size, data_end)`, so a reader computes the same ones from the side index wi
 reads a whole shard.
 
 - `fingerprint_ranges(size, data_end) -> [(offset, length)]`
-- `fingerprint_of(size, data_end, chunks) -> str` (hex) of the bytes of those ranges
+- `fingerprint_of(size, data_end, chunks) -> str` (hex) of the bytes of those ranges; `fingerprint_of_bytes` of a
+  shard read whole (prepare's small remote shards: no ranged reads)
 - `read_fingerprints(storage, [(path, size, data_end)]) -> [str]`: all shards at once (exact ranged reads,
   concurrent on object stores).
 """
@@ -41,6 +42,11 @@ def fingerprint_of(size: int, data_end: int, chunks) -> str:
     for chunk in chunks:
         digest.update(chunk)
     return digest.hexdigest()
+
+
+def fingerprint_of_bytes(data, size: int, data_end: int) -> str:
+    """The fingerprint of a shard whose whole `size` bytes are `data` (no read)."""
+    return fingerprint_of(size, data_end, [data[o : o + n] for o, n in fingerprint_ranges(size, data_end)])
 
 
 def read_fingerprints(storage, shards: list[tuple[str, int, int]]) -> list[str]:

@@ -20,21 +20,29 @@ from collections.abc import Iterator
 
 from energon_arrow.adapters.errors import classify
 from energon_arrow.adapters.publish import put_objects
-from energon_arrow.index.fingerprint import read_fingerprints
+from energon_arrow.index.fingerprint import fingerprint_of_bytes, read_fingerprints
 from energon_arrow.index.resume import WorkFolder
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
-from energon_arrow.tar import TarFormatError, index_shard
+from energon_arrow.tar import TarFormatError, index_bytes, index_shard, reads_whole
 from energon_arrow.tar.samples import ShardIndex
 
 
 def index_one(
     storage, rel: str, size: int, write_tar_idx: bool, work_entry: str | None = None
 ) -> ShardIndex | TarFormatError:
+    data = None
     try:
-        result = index_shard(storage, rel, size)
+        if reads_whole(storage, size):  # one GET; the fingerprint's windows come from the same bytes
+            data = storage.read_range(rel, 0, size)
+            result = index_bytes(data, storage.url_of(rel))
+        else:
+            result = index_shard(storage, rel, size)
     except TarFormatError as exc:
         return exc
-    result.fingerprint = read_fingerprints(storage, [(rel, size, result.data_end)])[0]  # a few small reads
+    if data is not None and len(data) == size:
+        result.fingerprint = fingerprint_of_bytes(data, size, result.data_end)
+    else:  # a few small reads (5 ranged GETs per remote shard measured ~0.2 s of a 1 s prepare of 64 shards)
+        result.fingerprint = read_fingerprints(storage, [(rel, size, result.data_end)])[0]
     if write_tar_idx:
         write_tar_index(storage, rel, result.tar_index())
     if work_entry is not None:  # after the .tar.idx: an entry means the shard is done

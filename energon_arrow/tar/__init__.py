@@ -42,6 +42,11 @@ def index_bytes(data: bytes, url: str) -> ShardIndex:
     return build_shard_index(members, url)
 
 
+def reads_whole(storage, size: int) -> bool:
+    """Whether `index_shard` reads a shard of `size` bytes with one GET of the whole object (remote, small)."""
+    return not storage.is_local and 0 < size <= WHOLE_READ_LIMIT
+
+
 def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 << 20) -> ShardIndex:
     if size is None:
         size = storage.stat(rel).size
@@ -50,7 +55,7 @@ def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 
         members = scan_members_fast(_map(storage, rel))
         if members is not None:
             return build_shard_index(members, url)
-    elif not storage.is_local and 0 < size <= WHOLE_READ_LIMIT:
+    elif reads_whole(storage, size):
         return index_bytes(storage.read_range(rel, 0, size), url)  # one GET, no HEAD
     elif not storage.is_local and size > WHOLE_READ_LIMIT and STREAM_WINDOW >= 512:
         with contextlib.closing(stream_windows(storage, rel, STREAM_WINDOW)) as windows:
@@ -72,6 +77,7 @@ __all__ = [
     "build_shard_index",
     "index_bytes",
     "index_shard",
+    "reads_whole",
     "open_source",
     "scan_members",
     "scan_members_fast",

@@ -11,7 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import energon_arrow as ea
-from energon_arrow.index.fingerprint import FINGERPRINT_WINDOW, FINGERPRINT_WINDOWS, fingerprint_ranges
+from energon_arrow.index.fingerprint import (
+    FINGERPRINT_WINDOW,
+    FINGERPRINT_WINDOWS,
+    fingerprint_ranges,
+    read_fingerprints,
+)
 from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.source import open_split
@@ -182,6 +187,25 @@ def test_prepare_over_an_old_index_reuses_rows_and_adds_fingerprints(prepared, t
     assert (result.reused, result.indexed) == (4, 0)
     ours = pq.read_table(f"{copy}/.nv-meta/arrow/shards.parquet").column("fingerprint")
     assert ours == pq.read_table(f"{prepared}/.nv-meta/arrow/shards.parquet").column("fingerprint")
+
+
+@pytest.mark.s3
+def test_prepare_on_s3_fingerprints_whole_reads_as_ranged_reads_do(prepared, s3_root):
+    """Small remote shards are read whole by prepare, and their fingerprints come from those bytes (no ranged
+    reads): the same values as the local prepare's and as `read_fingerprints`' ranged reads of the objects."""
+    url, options = s3_root
+    upload(prepared, url, options)
+    store = open_dataset(url, options).storage
+    result = prepare_dataset(url, PrepareOptions(split_ratio=parse_split_ratio("3,1,0"), force=True), options)
+    assert result.indexed == 4
+    with open_dataset(url, options) as ds:
+        shards = ds.sql("SELECT path, size, data_end, fingerprint FROM shards ORDER BY shard_id").arrow()
+    local = pq.read_table(f"{prepared}/.nv-meta/arrow/shards.parquet")["fingerprint"].to_pylist()
+    assert shards["fingerprint"].to_pylist() == local
+    ranged = read_fingerprints(
+        store, list(zip(*(shards[c].to_pylist() for c in ("path", "size", "data_end"))))
+    )
+    assert ranged == local
 
 
 @pytest.mark.s3
