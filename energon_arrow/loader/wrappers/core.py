@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from energon_arrow.loader.assemble import sample_parts
+from energon_arrow.loader.assemble import located_samples, sample_parts
+from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.order import BlockLayout, EpochOrder
@@ -66,6 +67,7 @@ class SampleDataset(SavableDataset):
         self._layout: tuple[int, BlockLayout] | None = None
         self._order: EpochOrder | None = None
         self._reader: SampleReader | None = None
+        self._columns: SourceColumns | None = None  # per-chunk index gathers (made on first use, per process)
         self._shard_rows: dict[int, tuple[int, int]] | None = None
         self.reset_state_own()
 
@@ -110,8 +112,9 @@ class SampleDataset(SavableDataset):
                 positions = np.arange(self._position, min(n, self._position + READ_CHUNK), dtype=np.int64)
                 rows = self._epoch_rows(lo, hi, positions)
                 views = self._reader.read(rows)
-                for row, view in zip(rows.tolist(), views):
-                    sample = self._build(row, view)
+                located = self._located(rows, views)
+                for j, (row, view) in enumerate(zip(rows.tolist(), views)):
+                    sample = self.builder.build(*located[j], row) if located else self._build(row, view)
                     self._position += 1
                     yield sample
             self._position = 0
@@ -119,6 +122,16 @@ class SampleDataset(SavableDataset):
             if not self.training:
                 self._epoch = 0
                 return
+
+    def _located(self, rows: np.ndarray, views) -> list | None:
+        """`assemble.located_samples` of a chunk (each index column gathered once), None where the source has no
+        part layout in its index (members split from the tar headers, `_build`)."""
+        src = self.source
+        if src.parts is None or src.keys is None:
+            return None
+        if self._columns is None:
+            self._columns = SourceColumns(src)
+        return located_samples(src, self._columns.batch(rows), views)
 
     def _build(self, row: int, view) -> Any:
         src = self.source
@@ -175,4 +188,5 @@ class SampleDataset(SavableDataset):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_reader"] = None  # open file handles stay in their process
+        state["_columns"] = None
         return state
