@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from energon_arrow.loader.assemble import sample_parts
+from energon_arrow.loader.assemble import located_samples, sample_parts
+from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import DecodeError
 from energon_arrow.loader.reader import SampleReader
@@ -113,11 +114,17 @@ def iter_samples(
     shard_ids = src.shard_id[start:end].tolist()
     indices = src.sample_index[start:end].tolist()
     offsets = src.byte_offset[start:end].tolist()
-    for row, view, sid, index, offset in zip(rows.tolist(), views, shard_ids, indices, offsets):
+    # each index column gathered once for the range (a mapped lookup per sample and column cost ~140 us a sample)
+    located = None
+    if src.parts is not None and src.keys is not None:
+        located = located_samples(src, SourceColumns(src).batch(rows), views)
+    for j, (row, view, sid, index, offset) in enumerate(
+        zip(rows.tolist(), views, shard_ids, indices, offsets)
+    ):
         shard = src.shard_paths[sid]
         out = BuiltSample(row, shard, int(index), int(offset), None, {})
         try:
-            out.key, out.parts = sample_parts(src, row, view)
+            out.key, out.parts = located[j][:2] if located is not None else sample_parts(src, row, view)
             out.sample = builder.build(out.key, out.parts, shard, index, row)
         except Exception as exc:  # noqa: BLE001 - reported per sample by the callers
             out.error = exc
