@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from energon_arrow.loader.assemble import sample_parts
+from energon_arrow.loader.assemble import located_samples, sample_parts
+from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import SYSTEM_EXCEPTIONS, JoinerError, LoaderError
 from energon_arrow.loader.mds_tree import JoinMember, Leaf
@@ -133,7 +134,9 @@ class JoinedBuilder(SampleBuilder):
             for src, rows in members
         ]
         self.readers: list[SampleReader] | None = None  # opened in the process that reads
-        self._batch_views: list[dict[int, memoryview]] = [{} for _ in self.members]  # the batch's member rows
+        self._batch_views: list[dict[int, Any]] = [
+            {} for _ in self.members
+        ]  # the batch's member rows: views or located
         if isinstance(joiner, type) and hasattr(joiner, "from_joined"):
             joiner = joiner.from_joined
         self.joiner, self.names = joiner, names
@@ -147,20 +150,28 @@ class JoinedBuilder(SampleBuilder):
         """Read the members' samples of a batch's joined rows at once, one coalesced read per member (nearby
         samples in one request, the requests of a remote member concurrent) instead of one read per sample."""
         readers = self._open_readers()
-        for i, (_, member_rows, _) in enumerate(self.members):
+        for i, (src, member_rows, _) in enumerate(self.members):
             need = np.unique(member_rows[rows])
             need = need[need >= 0]
-            self._batch_views[i] = dict(zip(need.tolist(), readers[i].read(need))) if need.size else {}
+            if not need.size:
+                self._batch_views[i] = {}
+                continue
+            views = readers[i].read(need)
+            if src.parts is not None and src.keys is not None:  # each index column gathered once per batch
+                views = located_samples(src, SourceColumns(src).batch(need), views)
+            self._batch_views[i] = dict(zip(need.tolist(), views))
 
     def _member(self, i: int, row: int, seed: int | None) -> Any:
         src, rows, builder = self.members[i]
         r = int(rows[row])
         if r < 0:
             return None
-        view = self._batch_views[i].get(r)
-        if view is None:  # a sample built outside a batch (restore_sample)
-            (view,) = self._open_readers()[i].read(np.array([r], np.int64))
-        key, parts = sample_parts(src, r, view)
+        got = self._batch_views[i].get(r)
+        if isinstance(got, tuple):  # located_samples' (key, parts, shard, sample index)
+            return builder.build(*got, r, seed)
+        if got is None:  # a sample built outside a batch (restore_sample)
+            (got,) = self._open_readers()[i].read(np.array([r], np.int64))
+        key, parts = sample_parts(src, r, got)
         return builder.build(key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), r, seed)
 
     def build(
