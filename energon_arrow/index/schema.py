@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 SIDE_INDEX_DIR = ".nv-meta/arrow"
 SIDE_INDEX_VERSION = 1
@@ -67,9 +68,12 @@ def set_id(paths, sizes, mtimes, etags) -> bytes:
     return digest.hexdigest()[:32].encode()
 
 
-def same_set(metadatas) -> bool:
-    """Whether side-index files with these schema metadata dicts (None: no metadata) were written together."""
-    return len({(m or {}).get(SET_KEY) for m in metadatas}) == 1
+def one_side_index(shards: pa.Table, others, sample_rows: int) -> bool:
+    """Whether a shards table and the samples and parts files with the schema metadata `others` (None: no
+    metadata) and `sample_rows` samples were written together: one set id in all, and the shards' sample counts
+    add up to the samples file's rows."""
+    ids = {(m or {}).get(SET_KEY) for m in (shards.schema.metadata, *others)}
+    return len(ids) == 1 and (pc.sum(shards.column("sample_count")).as_py() or 0) == sample_rows
 
 
 # Parquet encodings by column name (the other columns: dictionary, plain where the dictionary grows too large):

@@ -29,8 +29,8 @@ from energon_arrow.index.schema import (
     SET_KEY,
     SHARDS_SCHEMA,
     SIDE_INDEX_DIR,
+    one_side_index,
     parquet_options,
-    same_set,
     set_id,
     with_optional_columns,
 )
@@ -314,8 +314,7 @@ def read_side_index(storage) -> SideIndex | None:
             return None
     # files of two prepares (a publish cut off on an object store): the shards table would give rows the samples
     # and parts files do not hold (a shard reused with none)
-    if not same_set(f.schema_arrow.metadata for f in files.values()):
-        return None
-    if (pc.sum(shards.column("sample_count")).as_py() or 0) != files["samples"].metadata.num_rows:
+    others = [files[name].schema_arrow.metadata for name in ("samples", "parts")]
+    if not one_side_index(shards, others, files["samples"].metadata.num_rows):
         return None
     return SideIndex(shards, ShardSlices(files["samples"]), ShardSlices(files["parts"]))

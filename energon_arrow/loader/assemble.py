@@ -57,11 +57,18 @@ def sample_parts(src: SplitSource, row: int, view: memoryview) -> tuple[str, dic
     return key, parts
 
 
-def located_samples(src: SplitSource, cols: BatchColumns, views) -> list[tuple[str, dict, str, int]]:
-    """(key, {part: payload view}, shard, sample index in the shard) of every row of `cols` (a source with the
-    index's part layout): each column gathered once for the batch, where `sample_parts` and the per-row lookups
-    map every row through the split's row map column by column (~140 us per sample on the loader benchmark's
-    data, ~25% of that here)."""
+def located_samples(
+    columns: SourceColumns, rows: np.ndarray, views
+) -> list[tuple[str, dict, str, int]] | None:
+    """(key, {part: payload view}, shard, sample index in the shard) of each of `rows` (fetched as `views`) of the
+    source of `columns`, each index column gathered once for all of them, where `sample_parts` and the per-row
+    lookups map every row through the split's row map column by column (~140 us per sample on the loader
+    benchmark's data, ~25% of that here). None when the source has no part layout in its index (its members are
+    split from the tar headers: `sample_parts`)."""
+    src = columns.src
+    if src.parts is None or src.keys is None:
+        return None
+    cols = columns.batch(rows)
     keys = cols.keys()
     paths = src.shard_paths
     shards = [paths[s] for s in cols.shard.tolist()]
@@ -208,19 +215,16 @@ class Assembler:
         return self._columns[d]
 
     def _located(self, owner: np.ndarray, rows: np.ndarray, views) -> list:
-        """`located_samples` of each position of the batch whose source has the index's part layout; None at
-        the others (their members are split from the tar headers, `sample_parts`)."""
+        """`located_samples` of each position of the batch; None where its source has no part layout."""
         out: list = [None] * len(rows)
         ds = np.unique(owner).tolist()
         for d in ds:
-            src = self.sources[d]
-            if src.parts is None or src.keys is None:
-                continue
             if len(ds) == 1:
                 idx, mine = list(range(len(rows))), views
             else:
                 idx = np.flatnonzero(owner == d).tolist()
                 mine = [views[i] for i in idx]
-            for i, found in zip(idx, located_samples(src, self.columns(d).batch(rows[idx]), mine)):
-                out[i] = found
+            found = located_samples(self.columns(d), rows[idx], mine)
+            for i, one in zip(idx, found or ()):
+                out[i] = one
         return out

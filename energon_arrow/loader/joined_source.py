@@ -157,9 +157,8 @@ class JoinedBuilder(SampleBuilder):
                 self._batch_views[i] = {}
                 continue
             views = readers[i].read(need)
-            if src.parts is not None and src.keys is not None:  # each index column gathered once per batch
-                views = located_samples(src, SourceColumns(src).batch(need), views)
-            self._batch_views[i] = dict(zip(need.tolist(), views))
+            located = located_samples(SourceColumns(src), need, views)  # each index column gathered once
+            self._batch_views[i] = dict(zip(need.tolist(), views if located is None else located))
 
     def _member(self, i: int, row: int, seed: int | None) -> Any:
         src, rows, builder = self.members[i]

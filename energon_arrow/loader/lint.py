@@ -114,10 +114,9 @@ def iter_samples(
     shard_ids = src.shard_id[start:end].tolist()
     indices = src.sample_index[start:end].tolist()
     offsets = src.byte_offset[start:end].tolist()
-    # each index column gathered once for the range (a mapped lookup per sample and column cost ~140 us a sample)
-    located = None
-    if src.parts is not None and src.keys is not None:
-        located = located_samples(src, SourceColumns(src).batch(rows), views)
+    located = located_samples(
+        SourceColumns(src), rows, views
+    )  # each index column gathered once for the range
     for j, (row, view, sid, index, offset) in enumerate(
         zip(rows.tolist(), views, shard_ids, indices, offsets)
     ):

@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from energon_arrow.adapters import Storage, StorageError
@@ -29,7 +28,7 @@ from energon_arrow.index.schema import (
     OPTIONAL_COLUMNS,
     SIDE_INDEX_DIR,
     SIDE_INDEX_FILES,
-    same_set,
+    one_side_index,
     with_optional_columns,
 )
 from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_KEY, identity
@@ -118,10 +117,7 @@ def _read_side_index(storage: Storage) -> SideIndex:
             footers.append(arrow_schema.metadata)
     schema = SIDE_INDEX_FILES["shards"]
     metadata = shards.schema.metadata
-    if (
-        not same_set([metadata, *footers])
-        or (pc.sum(shards.column("sample_count")).as_py() or 0) != rows["samples"]
-    ):
+    if not one_side_index(shards, footers, rows["samples"]):
         raise NotPreparedError(
             f"{storage.url_of(SIDE_INDEX_DIR)}: unreadable side index (its files are of different prepares: a "
             f"publish was cut off); rebuild it with {_prepare_hint(storage)}"

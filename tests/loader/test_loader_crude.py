@@ -39,6 +39,16 @@ class CrudeTE(ea.DefaultTaskEncoder):
     ]
 
 
+def _aux_metadataset(tmp_path, path: str, media: str):
+    """A MetadatasetV2 YAML under `tmp_path` whose train split is `path` with the aux source `media`."""
+    mds = tmp_path / "mds.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    path: {path}\n    aux:\n      media: {media}\n"
+    )
+    return mds
+
+
 def test_cooker_chosen_by_subflavors(dataset_copy):
     write_dataset_yaml(dataset_copy, CRUDE_YAML)
     batch = first_batch(dataset_copy, CrudeTE(), workers=1)
@@ -74,11 +84,7 @@ def test_aux_source_from_metadataset(dataset_copy, prepared_root, tmp_path):
         decoder = None
         cookers = [ea.Cooker(cook_with_aux)]
 
-    mds = tmp_path / "mds.yaml"
-    mds.write_text(
-        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-        f"    path: {os.path.relpath(dataset_copy, tmp_path)}\n    aux:\n      media: {prepared_root}\n"
-    )
+    mds = _aux_metadataset(tmp_path, os.path.relpath(dataset_copy, tmp_path), prepared_root)
     batch = first_batch(str(mds), TE())
     assert all(c.startswith(b"sample ") for c in batch.caption)
 
@@ -108,11 +114,7 @@ def test_aux_stores_decode_with_the_task_encoders_decoder(dataset_copy, prepared
         decoder = JPG_AS_BYTES
         cookers = [ea.Cooker(cook)]
 
-    mds = tmp_path / "mds.yaml"
-    mds.write_text(
-        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-        f"    path: {os.path.relpath(dataset_copy, tmp_path)}\n    aux:\n      media: {prepared_root}\n"
-    )
+    mds = _aux_metadataset(tmp_path, os.path.relpath(dataset_copy, tmp_path), prepared_root)
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
     ds = ea.get_train_dataset(str(mds), worker_config=wc, batch_size=2, task_encoder=TE())
     pool = ea.FileStoreCachePool(parent_cache_dir=tmp_path, num_workers=1)
@@ -197,11 +199,7 @@ def test_cookers_read_media_metadata_of_primary_and_aux(tmp_path):
         decoder = None
         cookers = [ea.Cooker(cook)]
 
-    mds = tmp_path / "mds.yaml"
-    mds.write_text(
-        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-        f"    path: {root}\n    aux:\n      media: {folder}\n"
-    )
+    mds = _aux_metadataset(tmp_path, root, folder)
     texts = first_batch(str(mds), TE(), shuffle_buffer_size=None, max_samples_per_sequence=None).text
     assert "jpg:{'width': 32, 'height': 16, 'format': 'JPEG', 'mode': 'RGB'}:9x4" in texts
     assert any(t.startswith("mp4:{'video_duration'") for t in texts) and all(

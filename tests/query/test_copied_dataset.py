@@ -191,8 +191,8 @@ def test_prepare_over_an_old_index_reuses_rows_and_adds_fingerprints(prepared, t
 
 @pytest.mark.s3
 def test_prepare_on_s3_fingerprints_whole_reads_as_ranged_reads_do(prepared, s3_root):
-    """Small remote shards are read whole by prepare, and their fingerprints come from those bytes (no ranged
-    reads): the same values as the local prepare's and as `read_fingerprints`' ranged reads of the objects."""
+    """Small remote shards are read whole by prepare and fingerprinted from those bytes: the values must equal
+    the local prepare's and `read_fingerprints`' ranged reads of the objects."""
     url, options = s3_root
     upload(prepared, url, options)
     store = open_dataset(url, options).storage

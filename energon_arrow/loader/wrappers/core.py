@@ -112,7 +112,9 @@ class SampleDataset(SavableDataset):
                 positions = np.arange(self._position, min(n, self._position + READ_CHUNK), dtype=np.int64)
                 rows = self._epoch_rows(lo, hi, positions)
                 views = self._reader.read(rows)
-                located = self._located(rows, views)
+                if self._columns is None:
+                    self._columns = SourceColumns(self.source)
+                located = located_samples(self._columns, rows, views)  # None: no part layout in the index
                 for j, (row, view) in enumerate(zip(rows.tolist(), views)):
                     sample = self.builder.build(*located[j], row) if located else self._build(row, view)
                     self._position += 1
@@ -122,16 +124,6 @@ class SampleDataset(SavableDataset):
             if not self.training:
                 self._epoch = 0
                 return
-
-    def _located(self, rows: np.ndarray, views) -> list | None:
-        """`assemble.located_samples` of a chunk (each index column gathered once), None where the source has no
-        part layout in its index (members split from the tar headers, `_build`)."""
-        src = self.source
-        if src.parts is None or src.keys is None:
-            return None
-        if self._columns is None:
-            self._columns = SourceColumns(src)
-        return located_samples(src, self._columns.batch(rows), views)
 
     def _build(self, row: int, view) -> Any:
         src = self.source
