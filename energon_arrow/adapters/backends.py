@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from energon_arrow.adapters import options as opts
+from energon_arrow.adapters import secrets
 from energon_arrow.adapters.errors import StorageError, UnsupportedScheme
 
 
@@ -54,7 +55,7 @@ class Backends:
         """The fsspec filesystem (rebuilt after fork: async clients must not cross processes)."""
         pid = os.getpid()
         if self._fs is None or self._fs_pid != pid:
-            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+            options = opts.merge_options(self._public, secrets.recall_secrets(self._secret_handle))
             try:
                 fresh = bool(options.pop("skip_instance_cache", False)) or self._fs_pid is not None
                 fs = self._fs_class()(skip_instance_cache=fresh, **options)
@@ -62,7 +63,7 @@ class Backends:
                 raise
             except Exception as exc:
                 raise opts.InvalidStorageOptions(
-                    self.url, f"cannot create filesystem: {opts.redact(exc, options)}"
+                    self.url, f"cannot create filesystem: {secrets.redact(exc, options)}"
                 ) from None
             if self.protocol == "s3":
                 fs.retries = 1  # s3fs's own retry loop: energon-arrow's RetryPolicy is the only one
@@ -83,7 +84,7 @@ class Backends:
         if self._retrying_fs is None:
             from energon_arrow.adapters.errors import install_s3fs_retry_classifier
 
-            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+            options = opts.merge_options(self._public, secrets.recall_secrets(self._secret_handle))
             options.pop("skip_instance_cache", None)
             s3fs_retries = install_s3fs_retry_classifier()
             if not s3fs_retries:
@@ -106,11 +107,11 @@ class Backends:
         if self._direct_client is None:
             from energon_arrow.adapters.s3settings import direct_client_for
 
-            options = opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+            options = opts.merge_options(self._public, secrets.recall_secrets(self._secret_handle))
             try:
                 self._direct_client = direct_client_for(options) or False
             except Exception as exc:
                 raise opts.InvalidStorageOptions(
-                    self.url, f"cannot set up S3 access: {opts.redact(exc, options)}"
+                    self.url, f"cannot set up S3 access: {secrets.redact(exc, options)}"
                 ) from None
         return self._direct_client or None

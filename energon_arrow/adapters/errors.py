@@ -6,13 +6,13 @@ import errno
 import functools
 import sys
 
+from energon_arrow.adapters.secrets import scrub
+
 
 class StorageError(OSError):
     """An I/O failure on a storage URL. The message always names the URL (never credentials)."""
 
     def __init__(self, url: str, message: str):
-        from energon_arrow.adapters.options import scrub
-
         url, message = scrub(url), scrub(message)
         super().__init__(f"{url}: {message}")
         self.url = url

@@ -16,6 +16,7 @@ import numpy as np
 from energon_arrow.adapters import (
     listing,
     s3fs_fork,  # noqa: F401 - registers the after-fork hook
+    secrets,
 )
 from energon_arrow.adapters import options as opts
 from energon_arrow.adapters.backends import Backends
@@ -73,8 +74,8 @@ class Storage(Backends):
             raise opts.InvalidStorageOptions(
                 self.url, "local_cache is for object stores: these files are local"
             )
-        self._public, secret = opts.split_secrets(self._validate(raw))
-        self._secret_handle = opts.stash_secrets(secret)
+        self._public, secret = secrets.split_secrets(self._validate(raw))
+        self._secret_handle = secrets.stash_secrets(secret)
         self._forget_clients()
         self.range_gap, self.max_fetch = (
             self.LOCAL_COALESCING if self.is_local or self.protocol == "memory" else self.REMOTE_COALESCING
@@ -130,7 +131,7 @@ class Storage(Backends):
     @property
     def storage_options(self) -> dict[str, Any]:
         """Options including credentials, for handing to other fsspec-aware libraries in this process."""
-        return opts.merge_options(self._public, opts.recall_secrets(self._secret_handle))
+        return opts.merge_options(self._public, secrets.recall_secrets(self._secret_handle))
 
     def url_of(self, rel: str = "") -> str:
         return (

@@ -202,18 +202,3 @@ def open_media_lookup(storage, rel: str = ".nv-meta/index.sqlite") -> MediaLooku
     if not lookup.has_table():
         raise RuntimeError(f"Media metadata is not available for the dataset {storage.url}. {PREPARE_HINT}")
     return lookup
-
-
-def media_pass(storage, build: str, media_filter, workers: int):
-    """The media tables' part of a prepare (`media_prepare.MediaPass`), None when there is none: no filter given and
-    no media tables in the previous index (then nothing media-related is imported)."""
-    from energon_arrow.meta.constants import INDEX_SQLITE, META_DIR
-
-    previous = storage.local_path(f"{META_DIR}/{INDEX_SQLITE}") if storage.is_local else None
-    if previous is not None and not has_media_tables(previous):
-        previous = None
-    if media_filter is None and previous is None:
-        return None
-    from energon_arrow.index.media_prepare import MediaPass
-
-    return MediaPass(storage, build, media_filter, workers, previous)

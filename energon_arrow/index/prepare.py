@@ -23,7 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow.compute as pc
@@ -33,6 +33,7 @@ from energon_arrow.adapters.publish import RemoteFolderUpload
 from energon_arrow.index.build_dir import build_dir
 from energon_arrow.index.discover import discover_shards
 from energon_arrow.index.fingerprint import read_fingerprints
+from energon_arrow.index.prepare_result import BadShard, PrepareResult
 from energon_arrow.index.resume import WORK_DIR, WorkFolder
 from energon_arrow.index.workers import default_workers, index_shards, shard_indexes
 from energon_arrow.meta import (
@@ -79,38 +80,6 @@ class PrepareOptions:
         None  # energon_arrow.index.media_extract.MediaFilterConfig: media metadata in index.sqlite
     )
     shards: list[str] | None = None  # only these relative shard paths (energon's prepare_dataset `paths`)
-
-
-@dataclass
-class BadShard:
-    path: str
-    error: str
-
-
-@dataclass
-class PrepareResult:
-    root: str
-    shards: int = 0
-    samples: int = 0
-    parts: int = 0
-    bytes: int = 0
-    part_types: dict[str, int] = field(default_factory=dict)
-    splits: dict[str, int] = field(default_factory=dict)  # split -> shard count
-    split_samples: dict[str, int] = field(default_factory=dict)
-    indexed: int = 0  # shards read this run
-    reused: int = 0  # shards whose rows came from the previous index
-    resumed: int = 0  # shards indexed by an interrupted prepare (kept in .nv-meta/.prepare-work)
-    energon_index: bool = True  # index.sqlite written
-    media: int = 0  # media metadata rows in index.sqlite (extracted this run or kept from the previous index)
-    removed: int = 0  # shards of the previous index that are gone
-    bad_shards: list[BadShard] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["bad_shards"] = [b.__dict__ for b in self.bad_shards]
-        return d
 
 
 class Progress(Protocol):
@@ -246,7 +215,7 @@ def prepare_dataset(
     storage = open_storage(url, storage_options)
     result = PrepareResult(root=storage.url)
     if options.tar_index_only:
-        from energon_arrow.index.tar_index_only import tar_index_only  # it uses this module's result types
+        from energon_arrow.index.tar_index_only import tar_index_only
 
         return tar_index_only(storage, options, result, progress, start)
     if options.split_parts is None and options.split_ratio is None:
@@ -276,7 +245,7 @@ def prepare_dataset(
 
         if options.energon_index:
             sqlite = IndexSqliteWriter(os.path.join(build, INDEX_SQLITE))
-            from energon_arrow.index.media_tables import media_pass  # light: imports no media reader
+            from energon_arrow.index.media_pass import media_pass  # light: imports no media reader
 
             media = media_pass(storage, build, options.media_filter, options.num_workers or default_workers())
         side = SideIndexWriter(build, plan.shards, energon_index=options.energon_index)

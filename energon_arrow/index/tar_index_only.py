@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from energon_arrow.index.discover import compile_exclude
-from energon_arrow.index.prepare import BadShard, PrepareResult
+from energon_arrow.index.prepare_result import BadShard, PrepareResult
 from energon_arrow.index.workers import default_workers, index_shards
 from energon_arrow.meta import INFO_JSON, read_info
 from energon_arrow.tar import TarFormatError

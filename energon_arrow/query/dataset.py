@@ -13,12 +13,13 @@ import pyarrow as pa
 from energon_arrow.adapters import Storage, StorageError, open_storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
 from energon_arrow.index.side_index import has_energon_index
-from energon_arrow.meta.info import read_info
+from energon_arrow.meta.info import info_exists, read_info
 from energon_arrow.meta.split import read_split
 from energon_arrow.query import catalog, exclusions
 from energon_arrow.query.errors import QueryError
 from energon_arrow.query.guard import check_read_only, explain_error
 from energon_arrow.query.limits import QueryLimits
+from energon_arrow.query.polylithic import AuxSource, folder_files, resolve_references
 from energon_arrow.query.result import QueryResult
 from energon_arrow.query.sideindex import load_side_index, verify_shards
 from energon_arrow.query.splits import split_tables
@@ -301,10 +302,8 @@ class Dataset:
         pandas frame; it needs a `ref_column` column and, with several sources, an `aux` column naming one.
         Returns an AuxResolution: `.table` (refs + aux, aux_url, file, byte_offset, byte_size, kind, found),
         `.dangling`, `.summary()`, `.report()`, `.raise_if_dangling()`."""
-        from energon_arrow.query.polylithic import open_aux, resolve_references
-
         sources = aux if isinstance(aux, dict) else {"aux": aux}
-        opened = {name: open_aux(name, src, storage_options) for name, src in sources.items()}
+        opened = {name: _open_aux(name, src, storage_options) for name, src in sources.items()}
         if refs is None:
             table = self._internal(
                 f'SELECT shard_id, sample_index, sample_key, sample_key AS "{ref_column}" FROM samples '
@@ -350,3 +349,13 @@ def open_dataset(
         publish=publish,
         limits=limits,
     )
+
+
+def _open_aux(name: str, source, storage_options: dict | None) -> AuxSource:
+    """An auxiliary source from a Dataset, a prepared dataset's URL, or a plain folder's URL."""
+    if isinstance(source, Dataset):
+        return AuxSource(name, source.url, source, None)
+    storage = open_storage(source, storage_options)
+    if info_exists(storage):
+        return AuxSource(name, storage.url, open_dataset(storage), None)
+    return AuxSource(name, storage.url, None, folder_files(storage))

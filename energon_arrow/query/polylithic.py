@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
-from energon_arrow.adapters import Storage, open_storage
-from energon_arrow.meta.info import info_exists
+from energon_arrow.adapters import Storage
 from energon_arrow.query.catalog import DUCKDB_CONFIG
-from energon_arrow.query.dataset import Dataset, open_dataset
 from energon_arrow.query.errors import DanglingReferenceError
+
+if TYPE_CHECKING:
+    from energon_arrow.query.dataset import Dataset
 
 # energon's member-name rule: key = directory prefix + basename up to the first dot; part = the rest
 ENTRY_RE = r"^((?:.*/|)[^.]+)[.]([^/]*)$"
@@ -33,17 +35,7 @@ class AuxSource:
     files: pa.Table | None  # plain folder: path, size
 
 
-def open_aux(name: str, source, storage_options: dict | None = None) -> AuxSource:
-    """An auxiliary source from a Dataset, a prepared dataset's URL, or a plain folder's URL."""
-    if isinstance(source, Dataset):
-        return AuxSource(name, source.url, source, None)
-    storage = open_storage(source, storage_options)
-    if info_exists(storage):
-        return AuxSource(name, storage.url, open_dataset(storage), None)
-    return AuxSource(name, storage.url, None, _folder_files(storage))
-
-
-def _folder_files(storage: Storage) -> pa.Table:
+def folder_files(storage: Storage) -> pa.Table:
     infos = [f for f in storage.scan("**/*") if not f.path.startswith(".nv-meta/")]
     return pa.Table.from_pydict(
         {"path": [f.path for f in infos], "size": [f.size for f in infos]}, schema=FOLDER_SCHEMA
