@@ -50,8 +50,9 @@ def _prepare_jsonl(path, storage_options, *dataset_options) -> None:
             "a .jsonl dataset has no splits, excludes, dataset.yaml or index.sqlite: only its index is written; "
             "select parts of it with a metadataset subset"
         )
+    click.echo("Preparing jsonl dataset...")
     n = prepare_jsonl(path, storage_options)
-    click.echo(f"Prepared {path}: {n} samples, index {path[: -len('.jsonl')]}.jsonl.idx")
+    click.echo(f"Done. Found {n} samples.")
 
 
 def media_filter_options(fn):

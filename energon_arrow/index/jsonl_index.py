@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from energon_arrow.adapters import open_storage
+from energon_arrow.adapters.urls import path_text
 
 IJSONL_SUFFIX = ".jsonl.idx"
 _WS = np.zeros(256, bool)
@@ -71,12 +72,14 @@ def jsonl_offsets(chunks: Iterable[bytes], where: str = "jsonl") -> np.ndarray:
     return np.r_[starts, pos + len(carry)].astype(np.uint64)
 
 
-def prepare_jsonl(path: str, storage_options: dict | None = None) -> int:
-    """Write `NAME.jsonl.idx` for the JSONL file at `path` (atomically); returns the number of samples."""
-    base, _, name = str(path).rstrip("/").rpartition("/")
+def prepare_jsonl(path, storage_options: dict | None = None) -> int:
+    """Write `NAME.jsonl.idx` for the JSONL file at `path` (a local path, URL or EPath; atomically); returns the
+    number of samples."""
+    base, _, name = path_text(path).rstrip("/").rpartition("/")
+    idx_name = index_name(name)
     storage = open_storage(base or ".", storage_options)
     offsets = jsonl_offsets(storage.iter_chunks(name), storage.url_of(name))
-    storage.write_atomic(index_name(name), offsets.astype("<u8").tobytes())
+    storage.write_atomic(idx_name, offsets.astype("<u8").tobytes())
     return len(offsets) - 1
 
 

@@ -20,11 +20,31 @@ from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import DecodeError, LoaderError
 from energon_arrow.loader.source import SplitSource, map_index
 from energon_arrow.meta import DatasetYaml
-from energon_arrow.samples import SourceInfo
+from energon_arrow.samples import CrudeSample, SourceInfo
 
 
 class JsonlBuilder(SampleBuilder):
-    """Crude samples of a JSONL file: `json` parsed, `__sources__` naming the file as energon does."""
+    """Crude samples of a JSONL file with energon's keys: `__key__` (the line's sample number), `__shard__` (the
+    file name), `__restore_key__`, `__subflavors__` (None unless the metadataset gives some, as in energon's
+    JSONL factory), `__sources__` naming the file, and `json` parsed."""
+
+    def __init__(
+        self, storage, config, decoder, subflavors: dict | None = None, trust_remote_code: bool = False
+    ):
+        super().__init__(storage, config, decoder, subflavors, trust_remote_code)
+        self.given_subflavors = subflavors
+
+    def build(
+        self, key: str, parts: dict, shard: str, sample_index: int, split_index: int, seed: int | None = None
+    ) -> CrudeSample:
+        return CrudeSample(
+            __key__=key,
+            __shard__=shard,
+            __restore_key__=("Webdataset", shard, int(sample_index)),
+            __sources__=self.sources([key], ("json",), [shard], [split_index])[0],
+            __subflavors__=None if self.given_subflavors is None else dict(self.subflavors),
+            json=self._decode("json", parts["json"], shard, key, seed),
+        )
 
     def _decode(self, part: str, data, shard: str, key: str, seed: int | None = None):
         try:

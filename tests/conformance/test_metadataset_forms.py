@@ -5,6 +5,7 @@ part of a repetition) the same support and the same counts per dataset."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 
@@ -237,6 +238,46 @@ def test_jsonl_prepared_by_us_loads_the_same(tmp_path):
     )
     ours, ref = _cooked(ea, mds, "train"), _cooked(energon, mds, "train")
     assert collections.Counter(ours) == collections.Counter(ref) and len(ours) == 50
+
+
+def _crude_samples(mod, path, **kw):
+    """Every key of the crude samples a cooker receives (val order), but energon's pipeline-specific
+    __restore_key__."""
+    seen = []
+
+    @mod.stateless
+    def keep(sample):
+        seen.append({k: v for k, v in sample.items() if k != "__restore_key__"})
+        return mod.TextSample(**mod.basic_sample_keys(sample), text="")
+
+    class TE(mod.DefaultTaskEncoder):
+        cookers = [mod.Cooker(keep)]
+
+    wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    list(mod.get_loader(mod.get_val_dataset(path, worker_config=wc, batch_size=3, task_encoder=TE(), **kw)))
+    return seen
+
+
+@pytest.mark.parametrize(
+    "form",
+    [None, "    path: d.jsonl\n", "    path: d.jsonl\n    subflavors: {}\n",
+     "    blend:\n      - {path: d.jsonl, subflavors: {a: 1}}\n"],
+)  # fmt: skip
+def test_jsonl_crude_samples_like_energons(tmp_path, form):
+    """The crude JSONL samples (__key__, __shard__, __sources__, __subflavors__, json) equal energon's, loaded
+    directly and from a metadataset with and without subflavors."""
+    lines = [f'{{"text": "line {i}"}}' + ("\n" if i % 3 else "\n\n") for i in range(7)]
+    (tmp_path / "d.jsonl").write_text("".join(lines))
+    assert ea.CrudeJsonlDatasetFactory.prepare_dataset(tmp_path / "d.jsonl") == 7
+    path, kw = str(tmp_path / "d.jsonl"), {}
+    if form is not None:
+        path, kw = _write(tmp_path, "m.yaml", V2 + "  train:\n" + form), {"split_part": "train"}
+    ours, ref = _crude_samples(ea, path, **kw), _crude_samples(energon, path, **kw)
+    assert len(ours) == 7
+    for a, b in zip(ours, ref):
+        assert a.keys() == b.keys()
+        assert a["__sources__"] == tuple(ea.SourceInfo(*dataclasses.astuple(x)) for x in b["__sources__"])
+        assert [a[k] for k in a if k != "__sources__"] == [b[k] for k in a if k != "__sources__"]
 
 
 CLASS_STYLE = {

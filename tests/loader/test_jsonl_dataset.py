@@ -148,3 +148,107 @@ def test_crude_jsonl_factory(tmp_path):
     )
     loaded = ea.load_dataset(str(mds)).get_datasets(training=False, split_part="train", worker_config=wc)
     assert type(loaded.datasets[0].dataset) is ea.DefaultCrudeJsonlDatasetFactory
+
+
+def test_programmatic_prepare_like_energons(tmp_path):
+    """energon's `CrudeJsonlDatasetFactory.prepare_dataset(path) -> count`, for a str, a Path and an EPath."""
+    from pathlib import Path
+
+    from megatron.energon.epathlib import EPath as EnergonEPath
+    from megatron.energon.flavors.jsonl.jsonl_prepare import JsonlPreparator
+
+    from energon_arrow.epathlib import EPath
+
+    path = _write(tmp_path / "d.jsonl", 9, blank_every=4)
+    JsonlPreparator.prepare_dataset(EnergonEPath(path))
+    ref = (tmp_path / "d.jsonl.idx").read_bytes()
+    for given in (path, Path(path), EPath(path), EnergonEPath(path)):
+        (tmp_path / "d.jsonl.idx").unlink()
+        assert ea.CrudeJsonlDatasetFactory.prepare_dataset(given) == 9
+        assert (tmp_path / "d.jsonl.idx").read_bytes() == ref
+    assert ea.DefaultCrudeJsonlDatasetFactory.prepare_dataset(path) == 9
+    with pytest.raises(JsonlIndexError, match="must end with .jsonl"):
+        ea.CrudeJsonlDatasetFactory.prepare_dataset(str(tmp_path / "d.json"))
+
+
+def test_cli_prepare_prints_energons_lines(tmp_path):
+    from click.testing import CliRunner
+
+    from energon_arrow.cli.prepare import command
+
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(f'{{"i": {i}}}\n\n' for i in range(10)))
+    result = CliRunner().invoke(command, [str(path)], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert result.output.splitlines() == ["Preparing jsonl dataset...", "Done. Found 10 samples."]
+
+
+def _crude(path, **kw):
+    """The crude samples (every key) a cooker receives, in val order."""
+    seen = []
+
+    def keep(sample):
+        seen.append(dict(sample))
+        return ea.TextSample(**ea.basic_sample_keys(sample), text="")
+
+    class KeepTE(ea.DefaultTaskEncoder):
+        cookers = [ea.Cooker(keep)]
+
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_val_dataset(path, worker_config=wc, batch_size=2, task_encoder=KeepTE(), **kw)
+    list(ea.get_loader(ds))
+    return seen
+
+
+def test_crude_sample_keys_and_subflavors(tmp_path):
+    """energon's JSONL samples: __shard__ is the file name, __subflavors__ is None unless a metadataset sets it."""
+    path = _write(tmp_path / "d.jsonl", 3)
+    ea.CrudeJsonlDatasetFactory.prepare_dataset(path)
+    first = _crude(path)[0]
+    assert sorted(first) == sorted(
+        ["__key__", "__shard__", "__restore_key__", "__sources__", "__subflavors__", "json"]
+    )
+    assert (first["__key__"], first["__shard__"], first["__subflavors__"]) == ("0", "d.jsonl", None)
+    assert first["__sources__"] == (ea.SourceInfo(path, 0, "d.jsonl", ("0.json",)),)
+    head = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+    for body, want in (
+        ("    path: d.jsonl\n", None),
+        ("    path: d.jsonl\n    subflavors: {}\n", {}),
+        ("    blend:\n      - {path: d.jsonl, subflavors: {a: 1}}\n", {"a": 1}),
+    ):
+        (tmp_path / "m.yaml").write_text(head + body)
+        got = [s["__subflavors__"] for s in _crude(str(tmp_path / "m.yaml"), split_part="train")]
+        assert got == [want] * 3
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    assert ea.DefaultCrudeJsonlDatasetFactory(path, training=False, worker_config=wc).subflavors is None
+    factory = ea.DefaultCrudeJsonlDatasetFactory(path, training=False, worker_config=wc, subflavors={"b": 2})
+    assert [s["__subflavors__"] for s in ea.get_loader(factory.build())] == [{"b": 2}] * 3
+
+
+@pytest.mark.s3
+def test_prepare_and_load_over_s3(tmp_path, s3_root):
+    """Programmatic prepare of a .jsonl on S3 (an EPath carrying the storage options), then loading it in a
+    metadataset blend from S3."""
+    from energon_arrow.adapters import open_storage
+    from energon_arrow.epathlib import EPath
+
+    url, options = s3_root
+    storage = open_storage(url, options)
+    storage.write_atomic("d.jsonl", "".join(f'{{"text": "t{i}", "i": {i}}}\n' for i in range(6)).encode())
+    assert ea.CrudeJsonlDatasetFactory.prepare_dataset(EPath(f"{url}/d.jsonl", options)) == 6
+    local = _write(tmp_path / "d.jsonl", 6)
+    prepare_jsonl(local)
+    assert storage.read_bytes("d.jsonl.idx") == (tmp_path / "d.jsonl.idx").read_bytes()
+    storage.write_atomic(
+        "m.yaml",
+        b"__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        b"      - {path: d.jsonl, subflavors: {s: 3}}\n",
+    )
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_val_dataset(
+        f"{url}/m.yaml", worker_config=wc, batch_size=3, task_encoder=TE(), split_part="train",
+        storage_options=options,
+    )  # fmt: skip
+    batches = list(ea.get_loader(ds))
+    assert [t for b in batches for t in b.text] == [f"t{i}" for i in range(6)]
+    assert batches[0].__subflavors__ == [{"s": 3}] * 3

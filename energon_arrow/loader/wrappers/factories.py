@@ -155,6 +155,16 @@ class JoinedWebdatasetFactory(WebdatasetFactory):
 class CrudeJsonlDatasetFactory(BaseCoreDatasetFactory):
     """energon's base of the crude JSONL factory (a metadataset leaf `path: x.jsonl`)."""
 
+    @classmethod
+    def prepare_dataset(cls, path: Any, *, storage_options: dict | None = None) -> int:
+        """energon's programmatic prepare of a `.jsonl` file: writes its `.jsonl.idx` (byte-identical to
+        energon's, index/jsonl_index.py) and returns the number of samples. `path`: a local path, URL or EPath
+        (an `energon_arrow.epathlib.EPath`'s own storage options apply unless `storage_options` is given)."""
+        from energon_arrow.index.jsonl_index import prepare_jsonl
+
+        options = storage_options or getattr(path, "storage_options", None) or None
+        return prepare_jsonl(path, options)
+
 
 class DefaultCrudeJsonlDatasetFactory(WebdatasetFactory, CrudeJsonlDatasetFactory):
     """energon's crude JSONL factory: each line is a crude sample `{"json": <line>}` for the cookers.
@@ -185,6 +195,8 @@ class DefaultCrudeJsonlDatasetFactory(WebdatasetFactory, CrudeJsonlDatasetFactor
             decoder=options["decoder"],
             max_samples_per_sequence=options["max_samples_per_sequence"],
         )
+        if subflavors is None:
+            self.subflavors = None  # energon's JSONL factory: samples' __subflavors__ stay None unless given
 
 
 def _per_type(name: str) -> type:
