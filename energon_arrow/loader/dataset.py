@@ -145,13 +145,13 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.image_slots: SlotBoard | None = None  # set by the Loader before its workers start
         self._warm: list[EpochCache] | None = None  # epoch state built before the workers fork (warm_plan)
 
-    # ---- plan --------------------------------------------------------------------------------------------
     def config(self) -> dict:
         """What defines this rank's batches, as a nested dict (loader/loader_config.py)."""
         from energon_arrow.loader.loader_config import dataset_config
 
         return dataset_config(self)
 
+    # ---- plan --------------------------------------------------------------------------------------------
     def total_batches(self) -> int | None:
         """Global batches in the stream (None when it repeats forever)."""
         if self.limit is None:
