@@ -105,6 +105,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         if empty:  # energon: EmptyDatasetError, for training and validation alike
             raise LoaderError(f"split has no samples: {empty}")
         self.sources = sources
+        self.weights, self.repetitions = weights, repetitions
         self.settings = settings
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = settings.global_batch_size // world_size
@@ -143,6 +144,12 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.start_batch = 0
         self.image_slots: SlotBoard | None = None  # set by the Loader before its workers start
         self._warm: list[EpochCache] | None = None  # epoch state built before the workers fork (warm_plan)
+
+    def config(self) -> dict:
+        """What defines this rank's batches, as a nested dict (loader/loader_config.py)."""
+        from energon_arrow.loader.loader_config import dataset_config
+
+        return dataset_config(self)
 
     # ---- plan --------------------------------------------------------------------------------------------
     def total_batches(self) -> int | None:

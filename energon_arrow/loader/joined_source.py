@@ -1,6 +1,8 @@
 """`join:` metadatasets in the loader: samples of several prepared datasets joined by sample key.
 
-Which rows exist and which members match is decided by the query layer's `join_datasets` (energon's nonmatch
+As in energon, a join loads only after `prepare_metadataset` wrote its join index for exactly these datasets
+(`check_join_prepared`; the rows themselves come from the query, not from that file). Which rows exist and which
+members match is decided by the query layer's `join_datasets` (energon's nonmatch
 rules: `skip` drops the row, `none` passes None, `error` fails naming the first missing key). The joined source
 is the primary's split restricted to the joined rows (then `subset:` applies to the joined rows, as in energon);
 for each other member an int64 array gives its row per joined row (-1: no match). `JoinedBuilder` builds the
@@ -26,6 +28,7 @@ from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import SYSTEM_EXCEPTIONS, JoinerError, LoaderError
 from energon_arrow.loader.mds_tree import JoinMember, Leaf
+from energon_arrow.loader.metadataset_api import check_join_prepared
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.source import SplitSource, map_index, open_split
 
@@ -49,16 +52,27 @@ def take_rows(src: SplitSource, rows: np.ndarray) -> SplitSource:
 
 
 def resolve_joiner(spec: dict, where: str) -> Any:
-    """A `joiner: {__module__, __class__}`: one of energon's sample types, or a class / function of a module."""
-    from energon_arrow.samples.types import resolve_sample_type
+    """A `joiner:` of a join: `{__module__, __class__}` names a sample type (energon's or a module's class),
+    `{__module__, __function__}` a callable. A module that does not import falls back to energon's names, as in
+    energon's typed converter."""
+    from energon_arrow.samples.types import SAMPLE_TYPES, resolve_sample_type
 
-    module, name = str(spec.get("__module__", "megatron.energon")), str(spec["__class__"])
-    if module == "megatron.energon" or module.startswith("megatron.energon."):
+    module = str(spec.get("__module__", "megatron.energon"))
+    kind = "__class__" if "__class__" in spec else "__function__"
+    name = str(spec[kind])
+    if kind == "__class__" and (module == "megatron.energon" or module.startswith("megatron.energon.")):
         return resolve_sample_type(name, module, where)
     try:
-        return getattr(importlib.import_module(module), name)
+        found = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if kind == "__class__" and name in SAMPLE_TYPES:
+            return SAMPLE_TYPES[name]
+        raise LoaderError(f"{where}: joiner {module}.{name} cannot be imported: {exc}") from None
     except (ImportError, AttributeError) as exc:
         raise LoaderError(f"{where}: joiner {module}.{name} cannot be imported: {exc}") from None
+    if not callable(found):
+        raise LoaderError(f"{where}: joiner {module}.{name} is not a class or function, got {found!r}")
+    return found
 
 
 def _row_of(keys: pa.Array, src: SplitSource) -> np.ndarray:
@@ -70,7 +84,7 @@ def _row_of(keys: pa.Array, src: SplitSource) -> np.ndarray:
 def open_joined(leaf: Leaf, storage_options: dict | None = None) -> SplitSource:
     from energon_arrow.query import open_dataset
     from energon_arrow.query.join import JoinMember as QueryMember
-    from energon_arrow.query.join import join_datasets
+    from energon_arrow.query.join import join_datasets, join_index_bytes
 
     spec = leaf.join
     named = isinstance(spec.members, dict)
@@ -89,6 +103,7 @@ def open_joined(leaf: Leaf, storage_options: dict | None = None) -> SplitSource:
     finally:
         for ds in opened:
             ds.close()
+    check_join_prepared(leaf, lambda: join_index_bytes(joined, [name for name, _ in items]), storage_options)
     keys = joined["sample_key"].combine_chunks()
     srcs = [
         open_split(

@@ -149,6 +149,13 @@ class Loader:
         finally:
             self._iterating = False
 
+    def config(self) -> dict:
+        """energon's `loader.config()`: the loader and its dataset as a nested dict (loader/loader_config.py), to
+        store next to a checkpoint and compare on restore."""
+        from energon_arrow.loader.loader_config import loader_config
+
+        return loader_config(self)
+
     # ---- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {

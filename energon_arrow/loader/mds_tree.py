@@ -36,6 +36,8 @@ _V1_REF = _REF | {"subflavor", "weight"}
 _JOIN = {"join", "joiner", "split_part", "subflavors", "shuffle_over_epochs_multiplier"}
 _JOIN |= {"dataset_config", "split_config", "subset"}
 _JOIN_MEMBER = _REF | {"nonmatch"}
+_JOINER_NAME = {"__class__", "__function__"}
+_JOINER_KEYS = {"__module__"} | _JOINER_NAME
 _NONMATCH = ("skip", "none", "error")
 _URL = re.compile(r"^(?P<protocol>[a-z][a-z0-9+.-]*)://(?P<path>.*)", re.IGNORECASE)
 
@@ -53,7 +55,7 @@ class JoinMember:
 @dataclass
 class JoinSpec:
     members: dict[str, JoinMember] | list[JoinMember]
-    joiner: dict  # {__module__, __class__}: a sample type or a callable
+    joiner: dict  # {__module__, __class__} (a sample type) or {__module__, __function__} (a callable)
     mds_path: str = ""  # the metadataset file that declares the join (energon keeps its join index beside it)
 
 
@@ -262,9 +264,14 @@ class _Resolver:
                     f"{doc.at(node, key)}: {key!r} cannot be set for joined datasets (as in energon)"
                 )
         joiner = node.get("joiner")
-        if not isinstance(joiner, dict) or "__class__" not in joiner:
-            raise LoaderError(f"{doc.at(node, 'joiner')}: a join needs 'joiner: {{__module__, __class__}}'")
-        doc.check_keys(joiner, _TYPE, "joiner")
+        if not isinstance(joiner, dict) or len(_JOINER_NAME & set(joiner)) != 1:
+            raise LoaderError(
+                f"{doc.at(node, 'joiner') if 'joiner' in node else doc.at(node)}: a join needs a 'joiner': "
+                "{__module__, __class__} (a sample type) or {__module__, __function__} (a callable)"
+            )
+        if "__function__" in joiner and "__module__" not in joiner:
+            raise LoaderError(f"{doc.at(node, 'joiner')}: a joiner '__function__' needs its '__module__'")
+        doc.check_keys(joiner, _JOINER_KEYS, "joiner")
         raw = node["join"]
         if isinstance(raw, dict):
             members: dict | list = {str(k): self._join_member(doc, v) for k, v in raw.items()}

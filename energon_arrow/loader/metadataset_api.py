@@ -4,13 +4,15 @@
 with their effective split part, aux references and subflavors, without opening them; like energon it refuses
 `join:` splits. `prepare_metadataset(path)` checks every split's datasets and aux datasets exist and are prepared,
 and writes energon's join index for each `join:` into `<metadataset>.cache/` (byte-identical to energon's, so
-energon loads the joins too; energon-arrow's loader joins without it), removing stale join indexes.
+energon loads the joins too; energon-arrow's loader, like energon's, refuses a join whose index is missing or
+stale), removing stale join indexes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,22 +76,50 @@ def _members(leaf: Leaf) -> list:
     return list(members.values()) if isinstance(members, dict) else list(members)
 
 
-def _join_index_name(leaf: Leaf, storage_options: dict | None) -> str:
-    """energon's cache file name for a join: a hash of each member's index uuid, sample excludes and nonmatch."""
+def _join_index_name(leaf: Leaf, storage_options: dict | None) -> tuple[str, bool]:
+    """energon's cache file name for a join: a hash of each member's index uuid, sample excludes and nonmatch;
+    and whether the name depends on the process (energon hashes a set of excludes in its iteration order, which
+    follows Python's per-process string hashing once a member has two or more sample excludes)."""
     from energon_arrow.meta import read_split
 
     digest = hashlib.sha256()
+    order_dependent = False
     for m in _members(leaf):
         storage = open_storage(m.path, storage_options)
         split = read_split(storage, m.split_config or "split.yaml").expanded()
         digest.update(b"\0uuid=")
         digest.update(storage.read_text(".nv-meta/index.uuid").encode())
         digest.update(b"\0excludes=")
-        for exclude in {e for e in split.exclude if "/" in e}:  # a set, iterated like energon's
+        excludes = {e for e in split.exclude if "/" in e}  # a set, iterated like energon's
+        order_dependent |= len(excludes) > 1
+        for exclude in excludes:
             digest.update(exclude.encode())
             digest.update(b"\0")
         digest.update(f"\0nonmatch={m.nonmatch}\0".encode())
-    return f"join_index_{digest.hexdigest()}.bin"
+    return f"join_index_{digest.hexdigest()}.bin", order_dependent
+
+
+def check_join_prepared(leaf: Leaf, index_bytes: Callable[[], bytes], storage_options: dict | None) -> None:
+    """As in energon, a join loads only once `prepare_metadataset` wrote its join index for exactly these
+    datasets (their index uuids, sample excludes and nonmatch rules); a join changed since is an error.
+    `index_bytes()`: the join index of the current join, compared with the cached ones only when energon's file
+    name depends on the process that prepared it (see `_join_index_name`)."""
+    base, name = posixpath.split(leaf.join.mds_path)
+    folder = open_storage(base or ".", storage_options)
+    cache = f"{name}.cache"
+    target, order_dependent = _join_index_name(leaf, storage_options)
+    if folder.exists(f"{cache}/{target}"):
+        return
+    if order_dependent and folder.isdir(cache):
+        want = index_bytes()
+        for info in folder.scan(f"{cache}/join_index_*.bin"):
+            if info.size == len(want) and folder.read_bytes(info.path) == want:
+                return
+    raise LoaderError(
+        f"{leaf.join.mds_path}: the join of {[m.path for m in _members(leaf)]} has no join index "
+        f"{folder.url_of(cache)}/{target}: run prepare_metadataset (energon prepare) on the metadataset; "
+        "if it was prepared, the joined datasets or their nonmatch/split config changed since"
+    )
 
 
 def _write_join_index(leaf: Leaf, storage_options: dict | None) -> tuple[str, str]:
@@ -98,7 +128,7 @@ def _write_join_index(leaf: Leaf, storage_options: dict | None) -> tuple[str, st
 
     base, name = posixpath.split(leaf.join.mds_path)
     folder = open_storage(base or ".", storage_options)
-    cache, target = f"{name}.cache", _join_index_name(leaf, storage_options)
+    cache, (target, _) = f"{name}.cache", _join_index_name(leaf, storage_options)
     rel = f"{cache}/{target}"
     if folder.exists(rel):
         return folder.url_of(cache), target

@@ -43,7 +43,7 @@ def _val(path):
     return [s for b in ea.get_loader(ds) for s in b]
 
 
-def _mds(tmp_path, roots, nonmatch, joiner, subset="", mapping=True):
+def _mds(tmp_path, roots, nonmatch, joiner, subset="", mapping=True, prepared=True):
     primary, other = roots
     if mapping:
         join = f"      primary: {{path: {primary}}}\n      other: {{path: {other}, nonmatch: {nonmatch}}}\n"
@@ -54,6 +54,8 @@ def _mds(tmp_path, roots, nonmatch, joiner, subset="", mapping=True):
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
         f"{subset}    join:\n{join}    joiner: {joiner}\n"
     )
+    if prepared:
+        ea.prepare_metadataset(str(path))
     return str(path)
 
 
@@ -62,6 +64,26 @@ def test_nonmatch_none_passes_none_by_name(tmp_path, roots):
     out = _val(_mds(tmp_path, roots, "none", joiner))
     assert len(out) == 18
     assert all(o.text == o.__key__ for o in out[:12]) and all(o.text == "-" for o in out[12:])
+
+
+def test_a_function_joiner_as_energon_spells_it(tmp_path, roots):
+    """energon's `joiner: {__module__, __function__}` names a callable (`__class__` a sample type)."""
+    joiner = "{__module__: tests.loader.test_metadataset_join, __function__: join_pair}"
+    out = _val(_mds(tmp_path, roots, "skip", joiner))
+    assert len(out) == 12 and all(o.text == o.__key__ for o in out)
+    with pytest.raises(LoaderError, match=r"__function__.* needs its '__module__'"):
+        _val(_mds(tmp_path, roots, "skip", "{__function__: join_pair}", prepared=False))
+
+
+def test_a_join_loads_only_once_prepared_for_its_datasets(tmp_path, roots):
+    """As in energon: no join index (never prepared, or the join changed since) is an error naming the fix."""
+    joiner = "{__module__: tests.loader.test_metadataset_join, __function__: join_pair}"
+    with pytest.raises(LoaderError, match=r"has no join index .*run prepare_metadataset"):
+        _val(_mds(tmp_path, roots, "skip", joiner, prepared=False))
+    _mds(tmp_path, roots, "skip", joiner)
+    with pytest.raises(LoaderError, match=r"has no join index"):  # nonmatch changed: another join index
+        _val(_mds(tmp_path, roots, "none", joiner, prepared=False))
+    assert len(_val(_mds(tmp_path, roots, "none", joiner))) == 18
 
 
 def test_nonmatch_skip_with_subset_and_sample_type(tmp_path, roots):
@@ -74,7 +96,7 @@ def test_nonmatch_skip_with_subset_and_sample_type(tmp_path, roots):
 def test_nonmatch_error_names_the_key(tmp_path, roots):
     joiner = "{__module__: megatron.energon, __class__: CaptioningSample}"
     with pytest.raises(LoaderError, match=r"sample key '000002_000000' .* nonmatch is 'error'"):
-        _val(_mds(tmp_path, roots, "error", joiner, mapping=False))
+        _val(_mds(tmp_path, roots, "error", joiner, mapping=False, prepared=False))
 
 
 def picky_join(primary, other):
@@ -141,11 +163,12 @@ def test_members_on_s3_are_read_per_batch_not_per_sample(tmp_path, roots, s3_ser
     joiner = "{__module__: tests.loader.test_metadataset_join, __class__: join_pair}"
     local = _val(_mds(tmp_path, roots, "none", joiner))
     (tmp_path / "s3").mkdir()
-    with open(_mds(tmp_path / "s3", remote, "none", joiner)) as f:
+    with open(_mds(tmp_path / "s3", remote, "none", joiner, prepared=False)) as f:
         text = f.read()
     bucket, prefix = base[len("s3://") :].split("/", 1)
     s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/j.yaml", Body=text.encode())
     path = f"{base}/j.yaml"
+    ea.prepare_metadataset(path, storage_options=options)
     with FaultProxy(s3_server.endpoint_url) as proxy:
         opts = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
         wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
@@ -165,3 +188,35 @@ def test_members_on_s3_are_read_per_batch_not_per_sample(tmp_path, roots, s3_ser
     assert [(s.__key__, s.text) for s in got] == [(s.__key__, s.text) for s in local]
     # 12 of the 18 samples have a member sample (3 batches hold them): at most one GET per member shard and batch
     assert 0 < len(member_gets) <= 2 * 3
+
+
+def test_a_join_index_named_in_another_process_is_found_by_content(tmp_path, roots):
+    """energon names a join index by hashing a set of sample excludes in iteration order, which differs between
+    processes once a member has two: then an index file of another name with the same content counts."""
+    import os
+
+    import yaml
+
+    primary, other = roots
+    meta = os.path.join(primary, ".nv-meta")
+    with open(os.path.join(meta, "split.yaml")) as f:
+        split = yaml.safe_load(f)
+    shard = split["split_parts"]["train"][0]
+    split["exclude"] = [f"{shard}/000000_000001", f"{shard}/000000_000003"]
+    with open(os.path.join(meta, "two_excludes.yaml"), "w") as f:
+        yaml.safe_dump(split, f)
+    path = tmp_path / "j.yaml"
+    path.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    join:\n"
+        f"      - {{path: {primary}, split_config: two_excludes.yaml}}\n      - {{path: {other}, nonmatch: none}}\n"
+        "    joiner: {__module__: tests.loader.test_metadataset_join, __function__: join_pair}\n"
+    )
+    (written,) = ea.prepare_metadataset(str(path))
+    moved = os.path.join(os.path.dirname(written), "join_index_" + "0" * 64 + ".bin")
+    os.rename(written, moved)
+    assert len(_val(str(path))) == 16
+    with open(moved, "r+b") as f:  # another join's index of the same size
+        f.seek(-1, os.SEEK_END)
+        f.write(b"\x7f")
+    with pytest.raises(LoaderError, match=r"has no join index"):
+        _val(str(path))
