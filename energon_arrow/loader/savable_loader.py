@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch.distributed
 
@@ -26,8 +26,10 @@ from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.regroup import Regrouper
 from energon_arrow.loader.restore_sample import can_restore, restore_item, tag_stream_item
 
+T = TypeVar("T")  # the batch type (energon's `SavableDataLoader[T]`)
 
-class BasicLoader(Loader):
+
+class BasicLoader(Loader, Generic[T]):
     """energon's BasicDataLoader: iterates an EnergonDataset (see the module docstring)."""
 
     def __init__(
@@ -165,7 +167,7 @@ class BasicLoader(Loader):
             self._regroup_state = state["regroup"]
 
 
-class SavableLoader(BasicLoader):
+class SavableLoader(BasicLoader[T]):
     """energon's SavableDataLoader: a BasicLoader whose position can be saved and restored."""
 
     def save_state_rank(self) -> dict:
