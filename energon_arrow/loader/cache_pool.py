@@ -178,6 +178,11 @@ class FileCacheLazy(Lazy[T]):
             data = decoder.decode(self._entry.fname, data)
         return data
 
+    def __reduce__(self):
+        """Pickled (a DataLoader worker's sample on its way to the main process, which packs and batches): the
+        entry's data goes along (read now); the pool, its threads and its cached copy stay in this process."""
+        return _MemoryLazy, (self.get(), self.fname, self._entry.future.result()[2])
+
 
 class FileStoreCachePool(CachePool):
     """A bounded on-disk cache of aux reads, filled by `num_workers` background threads per process.

@@ -25,6 +25,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.regroup import Regrouper
 from energon_arrow.loader.restore_sample import can_restore, restore_item, tag_stream_item
+from energon_arrow.loader.worker_send import received
 
 T = TypeVar("T")  # the batch type (energon's `SavableDataLoader[T]`)
 
@@ -92,7 +93,7 @@ class BasicLoader(Loader, Generic[T]):
                 yield from self._drain()
                 return
         for samples in super()._batches():
-            rg.feed(self.next_batch - 1, samples)
+            rg.feed(self.next_batch - 1, received(samples))
             yield from self._drain()
             if rg.at_limit:
                 self.next_batch = total if total is not None else self.next_batch
