@@ -189,3 +189,42 @@ def prepare_media(
         shutil.rmtree(build, ignore_errors=True)
         if made_meta:  # failed before anything was published: leave no empty .nv-meta behind
             shutil.rmtree(storage.local_path(META_DIR), ignore_errors=True)
+
+
+def prepare_filesystem_dataset(
+    root_path,
+    media_filter: MediaFilterConfig,
+    *,
+    progress: bool,
+    workers: int = 16,
+    index_sqlite_tmp_path=None,
+) -> int:
+    """energon's `prepare_filesystem_dataset`: the media metadata of every media file below the folder `root_path`
+    (an EPath, path or URL) into its `.nv-meta/index.sqlite`, for `SystemFileStore(root_path)` / a
+    `filesystem://` aux source. `progress`: a progress bar on stderr. Returns the number of rows written."""
+    from energon_arrow.epathlib import EPath
+    from energon_arrow.meta import MetaError, info_exists
+
+    path = root_path if isinstance(root_path, EPath) else EPath(root_path)
+    storage = path._storage()
+    if path.is_file():
+        raise MetaError(f"{path}: expected the folder of a filesystem dataset, got a file")
+    if info_exists(storage):
+        raise MetaError(
+            f"{path} is a prepared WebDataset, not a filesystem dataset: use prepare_media (energon-arrow "
+            "prepare-media) or prepare with a media filter"
+        )
+    tmp = None if index_sqlite_tmp_path is None else str(index_sqlite_tmp_path)
+    if not progress:
+        return prepare_media(storage, media_filter, max(1, workers), tmp)
+    import sys
+
+    import click
+
+    with click.progressbar(length=0, label="Processing media", show_pos=True, file=sys.stderr) as bar:
+
+        def advance(done: int, total: int) -> None:
+            bar.length = total
+            bar.update(done - bar.pos)
+
+        return prepare_media(storage, media_filter, max(1, workers), tmp, advance)

@@ -29,10 +29,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.filestore_api import raw_store
+
+T = TypeVar("T")  # the type of the data a Lazy returns (energon's `Lazy[T]`)
 
 
 def _remove_folder(path: str, owner: int) -> None:
@@ -70,14 +72,14 @@ def _add_source(sample: Any, source: Any) -> None:
         sample.__sources__ = (*(sample.__sources__ or ()), source)
 
 
-class Lazy(ABC):
+class Lazy(ABC, Generic[T]):
     """A reference to data fetched later: `get(sample=None)` returns it (and records its source in `sample`)."""
 
     def __init__(self, ds: Any, fname: str, pool: CachePool | None):
         self.ds, self.fname, self.pool = ds, fname, pool
 
     @abstractmethod
-    def get(self, sample: Any = None) -> Any: ...
+    def get(self, sample: Any = None) -> T: ...
 
     def __hash__(self) -> int:
         return hash((id(self.ds), self.fname))
@@ -105,14 +107,14 @@ class CachePool(ABC):
     def close(self) -> None: ...
 
 
-class DirectLazy(Lazy):
+class DirectLazy(Lazy[T]):
     """Reads the entry from its store when asked (NoCachePool)."""
 
     def get(self, sample: Any = None) -> Any:
         return self.ds.get(self.fname, sample)
 
 
-class MockLazy(Lazy):
+class MockLazy(Lazy[T]):
     """A Lazy whose data comes from `get_fn(fname)` (energon's MockLazy: no store, no pool, no source info)."""
 
     def __init__(self, fname: str, get_fn: Callable[[str], Any]):
@@ -123,7 +125,7 @@ class MockLazy(Lazy):
         return self.get_fn(self.fname)
 
 
-class _MemoryLazy(Lazy):
+class _MemoryLazy(Lazy[T]):
     """Data kept in memory (NoCachePool.to_cache, or an entry the cache had no room for)."""
 
     def __init__(self, data: Any, name: str, source: Any = None, pool: CachePool | None = None):
@@ -159,7 +161,7 @@ class _Entry:
         self.fname, self.decoders = fname, decoders  # what FileCacheLazy.get decodes the cached bytes with
 
 
-class FileCacheLazy(Lazy):
+class FileCacheLazy(Lazy[T]):
     """An entry of a FileStoreCachePool: waits for its background fetch, then reads the cached copy."""
 
     def __init__(self, ds: Any, fname: str, pool: FileStoreCachePool, entry: _Entry):
@@ -175,6 +177,11 @@ class FileCacheLazy(Lazy):
         for decoder in self._entry.decoders:  # a decoding store: the cache holds the raw bytes
             data = decoder.decode(self._entry.fname, data)
         return data
+
+    def __reduce__(self):
+        """Pickled (a DataLoader worker's sample on its way to the main process, which packs and batches): the
+        entry's data goes along (read now); the pool, its threads and its cached copy stay in this process."""
+        return _MemoryLazy, (self.get(), self.fname, self._entry.future.result()[2])
 
 
 class FileStoreCachePool(CachePool):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
 from energon_arrow.loader.energon_len import energon_length
 from energon_arrow.loader.errors import LoaderError
@@ -18,6 +20,7 @@ from energon_arrow.loader.restore_sample import tag_chunk_item
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.watchdog import Watchdog
 from energon_arrow.loader.worker_config import WorkerConfig
+from energon_arrow.loader.worker_send import sendable
 from energon_arrow.samples.decoders import PartDecoder
 
 
@@ -39,10 +42,19 @@ class EnergonDataset(BatchDataset):
 
     def __iter__(self):
         timeout, initial, fail = self.watchdog
-        items = super().__iter__() if self.hooks.stream else self._tagged()
+        items = self._sent() if self.hooks.stream else self._tagged()
         if timeout is None:
             return items
         return Watchdog(timeout, initial, fail).watch_iter(items)
+
+    def _sent(self):
+        """Stream mode: the encoded samples, pickled here when this is a DataLoader worker (loader/worker_send.py)."""
+        items = super().__iter__()
+        if torch.utils.data.get_worker_info() is None:
+            yield from items
+            return
+        for b, skipped, samples, leases in items:
+            yield b, skipped, sendable(samples, b), leases
 
     def _tagged(self):
         """The batches with their restore key prefixed by their chunk (in the worker, off the main process)."""

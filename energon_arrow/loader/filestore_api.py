@@ -9,16 +9,18 @@ As in energon, the stores a cooker receives (`aux:` names and `primary`) decode 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_arrow.samples.sample import SourceInfo
 
+T = TypeVar("T")  # the type of the entries a store returns (energon's `FileStore[T]`)
 
-class FileStore(ABC):
+
+class FileStore(ABC, Generic[T]):
     """A dataset accessed randomly by key (a sample key, `<key>.<part>` or a relative file name)."""
 
     @abstractmethod
-    def __getitem__(self, key: str) -> tuple[Any, SourceInfo]: ...
+    def __getitem__(self, key: str) -> tuple[T, SourceInfo]: ...
 
     @abstractmethod
     def get_path(self) -> str: ...
@@ -45,7 +47,7 @@ class FileStoreDecoder(ABC):
     def decode(self, fname: str, data: bytes) -> Any: ...
 
 
-class FileStoreWrapper(FileStore):
+class FileStoreWrapper(FileStore[T]):
     """A FileStore over another one (`inner`)."""
 
     def __init__(self, inner: FileStore):
@@ -58,7 +60,7 @@ class FileStoreWrapper(FileStore):
         return self._inner.get_media_metadata(key)
 
 
-class PrimaryFileStore(FileStoreWrapper):
+class PrimaryFileStore(FileStoreWrapper[T]):
     """`inner`, where a key starting with '.' (a part name) is taken relative to `current_key`."""
 
     def __init__(self, inner: FileStore, current_key: str):
@@ -78,7 +80,7 @@ class PrimaryFileStore(FileStoreWrapper):
         return self._inner.get_media_metadata(self._key(key))
 
 
-class DecodeFileStore(FileStoreWrapper):
+class DecodeFileStore(FileStoreWrapper[Any]):
     """`inner` with `decoder.decode(fname, data)` applied to every item read."""
 
     def __init__(self, inner: FileStore, *, decoder: FileStoreDecoder):

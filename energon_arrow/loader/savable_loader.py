@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch.distributed
 
@@ -25,9 +25,12 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
 from energon_arrow.loader.regroup import Regrouper
 from energon_arrow.loader.restore_sample import can_restore, restore_item, tag_stream_item
+from energon_arrow.loader.worker_send import received
+
+T = TypeVar("T")  # the batch type (energon's `SavableDataLoader[T]`)
 
 
-class BasicLoader(Loader):
+class BasicLoader(Loader, Generic[T]):
     """energon's BasicDataLoader: iterates an EnergonDataset (see the module docstring)."""
 
     def __init__(
@@ -90,7 +93,7 @@ class BasicLoader(Loader):
                 yield from self._drain()
                 return
         for samples in super()._batches():
-            rg.feed(self.next_batch - 1, samples)
+            rg.feed(self.next_batch - 1, received(samples))
             yield from self._drain()
             if rg.at_limit:
                 self.next_batch = total if total is not None else self.next_batch
@@ -165,7 +168,7 @@ class BasicLoader(Loader):
             self._regroup_state = state["regroup"]
 
 
-class SavableLoader(BasicLoader):
+class SavableLoader(BasicLoader[T]):
     """energon's SavableDataLoader: a BasicLoader whose position can be saved and restored."""
 
     def save_state_rank(self) -> dict:

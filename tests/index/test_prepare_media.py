@@ -265,3 +265,33 @@ def test_media_metadata_on_s3(s3_root, cli):
     proc = cli("prepare-media", f"{url}/fs", "--media-metadata-by-extension", "--no-progress", *opts)
     assert proc.returncode == 0 and "Stored metadata for 1 files" in proc.stdout, proc.stderr
     assert SystemFileStore(f"{url}/fs", options).get_media_metadata("img/a.png").width == 4
+
+
+def test_prepare_filesystem_dataset_function(tmp_path, capsys, cli):
+    """energon's `prepare_filesystem_dataset(EPath(folder), MediaFilterConfig, progress=)`: the rows prepare-media
+    writes, read back through SystemFileStore; a prepared WebDataset or a file is refused."""
+    from energon_arrow.epathlib import EPath
+    from energon_arrow.index.media_extract import MediaFilterStrategy
+    from energon_arrow.index.media_prepare import prepare_filesystem_dataset
+    from energon_arrow.loader.filestore import SystemFileStore
+    from energon_arrow.meta import MetaError
+
+    root = tmp_path / "fs"
+    os.makedirs(root / "sub")
+    (root / "a.png").write_bytes(image_bytes("PNG", (5, 3)))
+    (root / "sub" / "b.jpg").write_bytes(image_bytes("JPEG", (4, 4)))
+    (root / "notes.txt").write_bytes(b"hello")
+    by_extension = MediaFilterConfig(strategy=MediaFilterStrategy.EXTENSION)
+    assert prepare_filesystem_dataset(EPath(root), by_extension, progress=True, workers=1) == 2
+    assert "Processing media" in capsys.readouterr().err
+    assert set(_rows(root)) == {"a.png", "sub/b.jpg"}
+    meta = SystemFileStore(str(root)).get_media_metadata("a.png")
+    assert isinstance(meta, ImageMetadata) and (meta.width, meta.height) == (5, 3)
+    with pytest.raises(MetaError, match="expected the folder"):
+        prepare_filesystem_dataset(EPath(root / "a.png"), by_extension, progress=False)
+    wds = str(tmp_path / "wds")
+    os.makedirs(wds)
+    _shard(wds, 0)
+    assert cli("prepare", wds, *PREP).returncode == 0
+    with pytest.raises(MetaError, match="is a prepared WebDataset"):
+        prepare_filesystem_dataset(wds, by_extension, progress=False)

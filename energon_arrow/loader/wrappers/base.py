@@ -18,12 +18,20 @@ import inspect
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
 
 STATE_CLASS = "__class__"
+
+# energon's type parameters of its generic datasets (`SavableDataset[T_sample]`, `MapDataset[T_in, T_out]`, ...)
+T_sample = TypeVar("T_sample")
+T_sample_in = TypeVar("T_sample_in")
+T_sample_out = TypeVar("T_sample_out")
+T_encoded_sample = TypeVar("T_encoded_sample")
+T_batch_sample = TypeVar("T_batch_sample")
+T_batch = TypeVar("T_batch")
 
 
 # ---- the worker a dataset copy runs in -----------------------------------------------------------------------
@@ -185,7 +193,7 @@ def callable_config(value) -> dict:
 
 
 # ---- datasets ----------------------------------------------------------------------------------------------
-class SavableDataset(torch.utils.data.IterableDataset, ABC):
+class SavableDataset(torch.utils.data.IterableDataset[T_sample], ABC, Generic[T_sample]):
     """energon's SavableDataset: an iterable dataset whose per-worker state can be saved and restored.
 
     `_savable_fields` names the attributes saved by `save_state` (plain values are copied; `WorkerRng`,
@@ -257,7 +265,7 @@ class SavableDataset(torch.utils.data.IterableDataset, ABC):
         return function_config(fn)
 
 
-class BaseWrapperDataset(SavableDataset):
+class BaseWrapperDataset(SavableDataset[T_sample_out], ABC, Generic[T_sample_in, T_sample_out]):
     """A dataset wrapping one or more savable datasets; saves their states under "datasets"."""
 
     def __init__(self, datasets: SavableDataset | Iterable[SavableDataset], *, worker_config):

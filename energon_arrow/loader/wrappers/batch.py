@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Generator, Hashable, Iterator
-from typing import Any
+from typing import Any, Generic
 
 from energon_arrow.loader.wrappers.base import (
     STATE_CLASS,
     BaseWrapperDataset,
     SampleIndex,
+    T_batch,
+    T_batch_sample,
     call_seeded,
     callable_config,
     function_config,
@@ -67,7 +69,7 @@ class SampleBuffer:
         self._pending = bool(self.keys)
 
 
-class BatchDataset(BaseWrapperDataset):
+class BatchDataset(BaseWrapperDataset[T_batch_sample, T_batch], Generic[T_batch_sample, T_batch]):
     """Groups `batch_size` consecutive samples and calls `batcher` on them (energon's BatchDataset). The batcher
     may return a generator of batches; the last partial batch is kept unless `drop_last`."""
 
@@ -188,7 +190,7 @@ class BatchDataset(BaseWrapperDataset):
         return cfg
 
 
-class GroupBatchDataset(BaseWrapperDataset):
+class GroupBatchDataset(BaseWrapperDataset[T_batch_sample, T_batch], Generic[T_batch_sample, T_batch]):
     """Sorts samples into buckets by `sample_group_key(sample) -> (bucket, batch_size)` and batches a bucket
     once it holds its batch size (energon's GroupBatchDataset). With `fixed_batch_size`, the key function
     returns batch size None."""

@@ -4,13 +4,16 @@ and `ConcatDataset` (one after the other)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic
 
 import numpy as np
 
 from energon_arrow.loader.wrappers.base import (
     BaseWrapperDataset,
     SavableDataset,
+    T_batch,
+    T_sample,
+    T_sample_in,
     WorkerRng,
     add_sample_restore_key,
     worker_config_dict,
@@ -18,7 +21,7 @@ from energon_arrow.loader.wrappers.base import (
 from energon_arrow.loader.wrappers.batch import BatchDataset
 
 
-class BlendDataset(BaseWrapperDataset):
+class BlendDataset(BaseWrapperDataset[T_sample, T_sample]):
     """Draws each sample from one of the datasets with probability proportional to its weight (energon's
     BlendDataset); a dataset that runs out is dropped from the draw, and the blend ends when all have."""
 
@@ -74,7 +77,7 @@ class BlendDataset(BaseWrapperDataset):
         }
 
 
-class MixBatchDataset(BaseWrapperDataset):
+class MixBatchDataset(BaseWrapperDataset[T_sample_in, T_batch], Generic[T_sample_in, T_batch]):
     """Blends several (batched) datasets and mixes `batch_size` of their items with `batch_mix_fn`
     (energon's MixBatchDataset: a BatchDataset over a BlendDataset)."""
 
@@ -106,7 +109,7 @@ class MixBatchDataset(BaseWrapperDataset):
         return {"type": type(self).__qualname__, "dataset": self.dataset.config()}
 
 
-class ConcatDataset(BaseWrapperDataset):
+class ConcatDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
     """All samples of the first dataset, then of the second, ... (energon's ConcatDataset; finite datasets)."""
 
     _savable_fields = ("_current",)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Generic
 
 from energon_arrow.loader.wrappers.base import (
     BaseWrapperDataset,
+    T_sample,
     WorkerRng,
     rank_worker_id,
     worker_config_dict,
@@ -24,7 +25,7 @@ def local_share(length: int, num_workers: int, worker_idx: int) -> int:
     return length // num_workers + (1 if worker_idx < length % num_workers else 0)
 
 
-class RepeatDataset(BaseWrapperDataset):
+class RepeatDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
     """Repeats the dataset `repeats` times (None: forever; a fraction repeats part of it the last time)."""
 
     _savable_fields = ("_repetition", "_index")
@@ -71,7 +72,7 @@ class RepeatDataset(BaseWrapperDataset):
         }
 
 
-class LimitDataset(BaseWrapperDataset):
+class LimitDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
     """At most `length` samples per epoch over the rank (split over its workers); the inner dataset restarts
     from its beginning at every epoch."""
 
@@ -123,7 +124,7 @@ class LimitDataset(BaseWrapperDataset):
         }
 
 
-class EpochizeDataset(BaseWrapperDataset):
+class EpochizeDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
     """Epochs of `length` samples (split over the rank's workers) cut from the inner dataset, whose iterator
     stays alive from one epoch to the next and restarts only when exhausted."""
 
@@ -169,7 +170,7 @@ class EpochizeDataset(BaseWrapperDataset):
         }
 
 
-class ShuffleBufferDataset(BaseWrapperDataset):
+class ShuffleBufferDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
     """Keeps `size` samples and yields a random one of them each time (energon's ShuffleBufferDataset)."""
 
     _savable_fields = ("_active_buffer", "_worker_rng")

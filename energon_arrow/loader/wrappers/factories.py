@@ -12,11 +12,11 @@ directly with energon's keyword signature (`Cls(path, split_part=, training=, wo
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Generic
 
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.wrappers.config import _DEFAULT_DECODER, WebdatasetFactory, _options
-from energon_arrow.loader.wrappers.factory_base import BaseCoreDatasetFactory
+from energon_arrow.loader.wrappers.factory_base import BaseCoreDatasetFactory, T_sample
 
 __all__ = ["BaseCoreDatasetFactory", "factory_class"]
 
@@ -24,7 +24,7 @@ __all__ = ["BaseCoreDatasetFactory", "factory_class"]
 _REFUSED = ("sample_loader", "part_filter", "subset", "handler", "image_decode", "av_decode")
 
 
-class BaseWebdatasetFactory(WebdatasetFactory):
+class BaseWebdatasetFactory(WebdatasetFactory, Generic[T_sample]):
     """energon's base of the WebDataset factories, with energon's constructor:
     `Cls(path, *, split_part, training, worker_config, shuffle_over_epochs=1, parallel_shard_iters=None,
     max_samples_per_sequence=None, split_config=None, subflavors=None, decoder=SampleDecoder(),
@@ -125,15 +125,15 @@ def _field_map_config(cls: type, sample_type: type | None, field_map: dict, prep
     return config
 
 
-class DefaultGenericWebdatasetFactory(BaseWebdatasetFactory):
+class DefaultGenericWebdatasetFactory(BaseWebdatasetFactory[T_sample]):
     """energon's factory for samples described by a dataset.yaml (field map or sample loader)."""
 
 
-class DefaultDecoderWebdatasetFactory(DefaultGenericWebdatasetFactory):
+class DefaultDecoderWebdatasetFactory(DefaultGenericWebdatasetFactory[T_sample]):
     """energon's generic factory plus part decoding (images, video, audio, containers)."""
 
 
-class StandardWebdatasetFactory(DefaultDecoderWebdatasetFactory):
+class StandardWebdatasetFactory(DefaultDecoderWebdatasetFactory[T_sample]):
     """energon's factory for a `sample_type` + `field_map` / `sample_loader` dataset.yaml (the default)."""
 
 
@@ -141,7 +141,7 @@ class CrudeWebdataset(DefaultDecoderWebdatasetFactory):
     """energon's factory of crude samples (part dicts handed to a TaskEncoder's cookers)."""
 
 
-class JoinedWebdatasetFactory(WebdatasetFactory):
+class JoinedWebdatasetFactory(WebdatasetFactory, Generic[T_sample]):
     """energon's factory of a metadataset `join:` (one sample from each joined dataset per key); what
     `load_dataset(<metadataset with join>).get_datasets(...)` returns for a joined leaf."""
 

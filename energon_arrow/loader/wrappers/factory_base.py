@@ -5,10 +5,12 @@ over all ranks, `build()` = the calling worker's core dataset). Its own module s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T_sample = TypeVar("T_sample")
 
 
-class BaseCoreDatasetFactory(ABC):
+class BaseCoreDatasetFactory(ABC, Generic[T_sample]):
     """Base of all dataset factories; `isinstance(get_dataset_from_config(...), BaseCoreDatasetFactory)` holds."""
 
     __sample_type__: type | None = None

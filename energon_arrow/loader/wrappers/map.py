@@ -11,11 +11,14 @@ import gc
 import inspect
 import logging
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, Generic
 
 from energon_arrow.loader.wrappers.base import (
     BaseWrapperDataset,
     SampleIndex,
+    T_sample,
+    T_sample_in,
+    T_sample_out,
     add_sample_restore_key,
     call_seeded,
     callable_config,
@@ -29,7 +32,7 @@ from energon_arrow.loader.wrappers.failures import ErrorContext, restore_guarded
 log = logging.getLogger(__name__)
 
 
-class MapDataset(BaseWrapperDataset):
+class MapDataset(BaseWrapperDataset[T_sample_in, T_sample_out], Generic[T_sample_in, T_sample_out]):
     """Applies `map_fn` to every sample (energon's MapDataset)."""
 
     _savable_fields = ("_sample_index", "_generator_sample_key", "_generator_offset")
@@ -129,7 +132,7 @@ class MapDataset(BaseWrapperDataset):
         return cfg
 
 
-class FilterDataset(BaseWrapperDataset):
+class FilterDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
     """Yields the samples for which `filter_fn` returns True (energon's FilterDataset)."""
 
     _savable_fields = ("_sample_index",)
@@ -163,7 +166,7 @@ class FilterDataset(BaseWrapperDataset):
         return cfg
 
 
-class IterMapDataset(BaseWrapperDataset):
+class IterMapDataset(BaseWrapperDataset[T_sample_in, T_sample_out], Generic[T_sample_in, T_sample_out]):
     """Applies `iter_map_fn` to the whole stream of samples (energon's IterMapDataset). Savable when the
     function is stateless: the restore key of an output lists the inputs consumed since the previous output."""
 
@@ -249,7 +252,7 @@ def default_get_batch_keys(sample: Any) -> list | None:
     return list(key) if isinstance(key, (list, tuple)) else [key]
 
 
-class LogSampleDataset(BaseWrapperDataset):
+class LogSampleDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
     """Logs the keys of every yielded sample at DEBUG level (energon's LogSampleDataset)."""
 
     _savable_fields = ("_step",)
@@ -284,7 +287,7 @@ class LogSampleDataset(BaseWrapperDataset):
         return self.dataset.config()
 
 
-class GcDataset(BaseWrapperDataset):
+class GcDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
     """Runs `gc.collect()` every `every_n_iter` samples, optionally with `gc.freeze()` around the loop."""
 
     def __init__(self, dataset, *, worker_config, every_n_iter: int = 10, freeze: bool = True):

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic
 
 from energon_arrow.loader.wrappers.base import (
     BaseWrapperDataset,
     SampleIndex,
+    T_batch_sample,
+    T_encoded_sample,
+    T_sample,
     call_seeded,
     callable_config,
     function_config,
@@ -28,7 +31,9 @@ from energon_arrow.loader.wrappers.batch import SampleBuffer
 from energon_arrow.loader.wrappers.failures import ErrorContext, restore_guarded
 
 
-class PackingDataset(BaseWrapperDataset):
+class PackingDataset(
+    BaseWrapperDataset[T_sample, T_batch_sample], Generic[T_sample, T_encoded_sample, T_batch_sample]
+):
     """Sample packing over a savable dataset (energon's PackingDataset, same constructor)."""
 
     _savable_fields = ("_reading_buffer", "_pending_groups", "_pre_packing_index", "_pack_index")
