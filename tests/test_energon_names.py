@@ -79,7 +79,7 @@ MIRRORED = {
     "task_encoder.base": ["DefaultTaskEncoder", "TaskEncoder", "stateless"],
     "task_encoder.cooking": ["basic_sample_keys", "cooker"],
     "tools.analyze_debug": ["command"],
-    "tools.checkpoint": ["command"],
+    "tools.checkpoint": ["command", "command_info", "command_redist"],
     "tools.info": ["command"],
     "tools.lint": ["command"],
     "tools.prepare": ["command"],
@@ -138,3 +138,9 @@ def test_mirror_names_are_the_implementing_objects(module_name):
         if energon_mod is not None:
             assert hasattr(energon_mod, name), f"{energon_path} has no {name}"
 
+
+def test_mirror_checkpoint_commands_are_the_cli_commands():
+    from energon_arrow.cli import checkpoint
+    from energon_arrow.energon.tools import checkpoint as mirrored
+
+    assert mirrored.command is checkpoint.command and mirrored.command_redist is checkpoint.command_redist

@@ -157,8 +157,20 @@ class BasicLoader(Loader):
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        saved_batch_size = (
+            (state.get("settings") or {}).get("global_batch_size") if isinstance(state, dict) else None
+        )
+        if self.regroup is not None and saved_batch_size not in (
+            None,
+            self.dataset.settings.global_batch_size,
+        ):
+            raise LoaderError(
+                f"loader state was saved with global batch size {saved_batch_size}, this loader has "
+                f"{self.dataset.settings.global_batch_size}: a loader that regroups samples (grouping, packing, "
+                "generator hooks, unbatched) resumes only with the same one (its state holds each rank's pending samples)"
+            )
         super().load_state_dict(state)
-        self.epoch_offset = int(state.get("epoch_offset", 0))
+        self.epoch_offset = self.rescaled(int(state.get("epoch_offset", 0)), saved_batch_size)
         if self.regroup is not None:
             if "regroup" not in state:
                 raise LoaderError("loader state has no regrouping state, but this loader regroups batches")

@@ -126,3 +126,83 @@ def test_mount_refuses_with_the_alternatives(cli):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1
     assert lines[0].startswith("energon-arrow: error: mount is not provided") and "energon mount" in lines[0]
+
+
+def _rank_loaders(root, world: int, batch: int):
+    import energon_arrow as ea
+
+    return [
+        ea.get_savable_loader(
+            ea.get_train_dataset(
+                root,
+                worker_config=ea.WorkerConfig(rank=r, world_size=world, num_workers=0),
+                batch_size=batch,
+                shuffle_buffer_size=4,
+                max_samples_per_sequence=2,
+            )
+        )
+        for r in range(world)
+    ]
+
+
+def test_redist_to_other_world_sizes_resumes_the_same_samples(clean_root, tmp_path):
+    """energon's test_redist in small: 2 ranks x batch 2 save after 2 steps; redist to 1 and to 4 ranks (files
+    named like the inputs); the next 8 samples of the world, as sets per global batch of 4, are the same."""
+    from click.testing import CliRunner
+
+    from energon_arrow.cli.checkpoint import command_redist
+
+    def next_global_batches(loaders, steps):
+        iters = [iter(ld) for ld in loaders]
+        out = [sorted(k for it in iters for k in next(it).__key__) for _ in range(steps)]
+        for it in iters:
+            it.close()
+        return out
+
+    loaders = _rank_loaders(clean_root, 2, 2)
+    files = []
+    for r, ld in enumerate(loaders):
+        it = iter(ld)
+        next(it), next(it)
+        it.close()
+        files.append(str(tmp_path / f"state_rank{r}.pt"))
+        torch.save(ld.save_state_rank(), files[-1])
+    ref = next_global_batches(loaders, 2)
+    for world in (1, 4):
+        out = tmp_path / f"out{world}"
+        result = CliRunner().invoke(command_redist, ["--new-world-size", str(world), *files, str(out)])
+        assert result.exit_code == 0, result.output
+        assert f"Saved {world} rank checkpoint files to {out}" in result.output
+        assert sorted(p.name for p in out.iterdir()) == [f"state_rank{r}.pt" for r in range(world)]
+        new = _rank_loaders(clean_root, world, 4 // world)
+        for r, ld in enumerate(new):
+            ld.restore_state_rank(torch.load(out / f"state_rank{r}.pt", weights_only=False))
+        assert next_global_batches(new, 2) == ref
+
+
+def test_redist_global_and_megatron_style_and_refusals(clean_root, energon_states, tmp_path, cli):
+    (ld,) = _rank_loaders(clean_root, 1, 2)
+    it = iter(ld)
+    next(it)
+    it.close()
+    state = ld.save_state_rank()
+    torch.save({"dataloader_state_dict": [state, state]}, tmp_path / "global.pt")
+    proc = cli(
+        "checkpoint", "redist", "--new-world-size", "3", str(tmp_path / "global.pt"), str(tmp_path / "o")
+    )
+    assert proc.returncode == 0, proc.stderr
+    saved = torch.load(tmp_path / "o" / "global.pt", weights_only=False)
+    assert saved == {"dataloader_state_dict": [state, state, state]}
+    # `checkpoint FILES` is still `checkpoint info FILES`
+    assert "Next batch: 1 " in cli("checkpoint", "info", str(tmp_path / "o" / "global.pt")).stdout
+    torch.save(state, tmp_path / "s_r0.pt")
+    torch.save({**state, "next_batch": 2}, tmp_path / "s_r1.pt")
+    for args, needle in (
+        (
+            [str(tmp_path / "s_r0.pt"), str(tmp_path / "s_r1.pt")],
+            "the rank states are at different positions",
+        ),
+        ([energon_states["rank0"], energon_states["rank1"]], "energon's `energon checkpoint redist`"),
+    ):
+        proc = cli("checkpoint", "redist", "--new-world-size", "1", *args, str(tmp_path / "x"))
+        assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
