@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
+from energon_arrow.loader.debug_log import worker_batches_logged
 from energon_arrow.loader.energon_len import energon_length
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.reader import SampleReader
@@ -40,6 +41,8 @@ class EnergonDataset(BatchDataset):
     def __iter__(self):
         timeout, initial, fail = self.watchdog
         items = super().__iter__() if self.hooks.stream else self._tagged()
+        if self.worker_config.should_log(1 if self.mode == "train" else 2):
+            items = worker_batches_logged(items, self.worker_config, self.mode)
         if timeout is None:
             return items
         return Watchdog(timeout, initial, fail).watch_iter(items)
