@@ -46,3 +46,101 @@ def test_errors_module():
 
     assert errors.FatalSampleError is ea.FatalSampleError and errors.SkipSample is ea.SkipSample
     assert all(hasattr(energon_errors, name) for name in errors.__all__)
+
+
+# ---- the mirror package: `megatron.energon.a.b` -> `energon_arrow.energon.a.b` -----------------------------------
+
+# every `megatron.energon.a.b` module path energon 7.4.1's documentation and tests import from, with the names they
+# import (or name in the text) that energon_arrow implements
+MIRRORED = {
+    "av": ["AVData", "AVDecoder", "get_clips_uniform", "get_single_frames_uniform"],
+    "cache": ["CachePool", "DecodeFileStore", "FileCacheLazy", "FileStore", "FileStoreCachePool", "Lazy"],
+    "cache.base": ["CachePool"],
+    "cli.main": ["prepare_media_command"],
+    "dataset_config": ["get_dataset_from_config"],
+    "edataclass": ["edataclass"],
+    "epathlib": ["EPath"],
+    "epathlib.epath": ["EPath"],
+    "errors": ["reraise_exception"],
+    "flavors": ["BaseWebdatasetFactory", "CrudeJsonlDatasetFactory"],
+    "flavors.base_dataset": ["Sample"],
+    "flavors.webdataset.config": ["INDEX_SQLITE_FILENAME", "INFO_JSON_FILENAME", "MAIN_FOLDER_NAME"],
+    "flavors.webdataset.sample_decoder": ["SampleDecoder"],
+    "flavors.webdataset.base_webdataset": ["BaseWebdatasetFactory"],
+    "flavors.webdataset.default_generic_webdataset": ["DefaultGenericWebdatasetFactory"],
+    "loader": ["get_savable_loader"],
+    "media": ["AVMetadata"],
+    "media.extractor": ["MediaFilterConfig", "MediaFilterStrategy"],
+    "media.metadata": ["AVMetadata", "ImageMetadata"],
+    "metadataset.loader": ["load_dataset", "prepare_metadataset", "traverse_metadataset"],
+    "metadataset.loader_interface": ["DatasetBlendMode"],
+    "sample_utils": ["default_get_batch_keys"],
+    "source_info": ["SourceInfo"],
+    "task_encoder.base": ["DefaultTaskEncoder", "TaskEncoder", "stateless"],
+    "task_encoder.cooking": ["basic_sample_keys", "cooker"],
+    "tools.analyze_debug": ["command"],
+    "tools.checkpoint": ["command", "command_info", "command_redist"],
+    "tools.info": ["command"],
+    "tools.lint": ["command"],
+    "tools.prepare": ["command"],
+    "tools.preview": ["command"],
+    "wrappers.blend_dataset": ["BlendDataset"],
+}
+# energon's file-name constants, re-exported under energon's names
+CONSTANTS = {"MAIN_FOLDER_NAME", "INDEX_SQLITE_FILENAME", "INDEX_UUID_FILENAME", "INFO_JSON_FILENAME",
+             "INFO_YAML_FILENAME", "SPLIT_YAML_FILENAME"}  # fmt: skip
+
+
+def _mirror_modules():
+    import pkgutil
+
+    import energon_arrow.energon as mirror
+
+    return [info.name for info in pkgutil.walk_packages(mirror.__path__, "energon_arrow.energon.")]
+
+
+@pytest.mark.parametrize("path", sorted(MIRRORED))
+def test_mirror_has_the_names_energon_users_import(path):
+    import importlib
+
+    mod = importlib.import_module(f"energon_arrow.energon.{path}")
+    assert set(MIRRORED[path]) <= set(mod.__all__)
+    assert mod.__doc__.startswith(f"Mirrors `megatron.energon.{path}`")
+
+
+@pytest.mark.parametrize("module_name", _mirror_modules())
+def test_mirror_names_are_the_implementing_objects(module_name):
+    """Each exported name is the object energon_arrow implements (the top-level export where there is one, else an
+    object defined outside the mirror), and energon's module of the same path has that name."""
+    import importlib
+    import sys
+
+    mod = importlib.import_module(module_name)
+    energon_path = "megatron.energon" + module_name[len("energon_arrow.energon") :]
+    try:
+        energon_mod = importlib.import_module(energon_path)
+    except ImportError:  # an optional dependency of energon's module (PyAV) is missing here
+        energon_mod = None
+    for name in getattr(mod, "__all__", ()):
+        obj = getattr(mod, name)
+        if name in ea._LOADER_EXPORTS:
+            assert obj is getattr(ea, name), f"{module_name}.{name}"
+        elif name in CONSTANTS:
+            assert energon_mod is None or obj == getattr(energon_mod, name)
+        else:
+            implementing = [
+                m
+                for n, m in list(sys.modules.items())
+                if n.startswith("energon_arrow.") and not n.startswith("energon_arrow.energon")
+                and any(v is obj for v in vars(m).values())
+            ]  # fmt: skip
+            assert implementing, f"{module_name}.{name} is no energon_arrow module's object"
+        if energon_mod is not None:
+            assert hasattr(energon_mod, name), f"{energon_path} has no {name}"
+
+
+def test_mirror_checkpoint_commands_are_the_cli_commands():
+    from energon_arrow.cli import checkpoint
+    from energon_arrow.energon.tools import checkpoint as mirrored
+
+    assert mirrored.command is checkpoint.command and mirrored.command_redist is checkpoint.command_redist

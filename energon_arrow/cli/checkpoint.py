@@ -1,4 +1,5 @@
-"""`energon-arrow checkpoint FILE...`: a saved loader state in readable form.
+"""`energon-arrow checkpoint [info] FILE...`: a saved loader state in readable form (`checkpoint redist`:
+checkpoint_redist.py).
 
 Reads energon-arrow states (`Loader.state_dict()` / `SavableLoader.save_state_rank()`) and energon's
 (`SavableDataLoaderState`, without importing megatron-energon), as one file per rank, one file holding the list of
@@ -10,49 +11,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 import click
 
+from energon_arrow.cli.checkpoint_load import is_ours, natural_key, read_states
+from energon_arrow.cli.checkpoint_redist import command_redist
+
 ENERGON_STATE = "SavableDataLoaderState"
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", name)]
-
-
-def _is_ours(state) -> bool:
-    return isinstance(state, dict) and "version" in state and "next_batch" in state
 
 
 def _kind(state) -> str:
     from energon_arrow.cli.checkpoint_load import Opaque, class_name
 
-    if _is_ours(state):
+    if is_ours(state):
         return "energon-arrow"
     if isinstance(state, Opaque) and state.qualname.endswith("." + ENERGON_STATE):
         return "energon"
     raise click.ClickException(f"not a saved loader state: {class_name(state)} {str(state)[:80]!r}")
-
-
-def _read(files: list[str]) -> tuple[bool, bool, list]:
-    """(global checkpoint?, Megatron-style?, [(file name or None, rank state), ...])."""
-    from energon_arrow.cli.checkpoint_load import load_state
-
-    loaded = [load_state(f) for f in files]
-    megatron = isinstance(loaded[0], dict) and "dataloader_state_dict" in loaded[0]
-    if megatron:
-        bad = [f for f, s in zip(files, loaded) if not (isinstance(s, dict) and "dataloader_state_dict" in s)]
-        if bad:
-            raise click.ClickException(f"{bad[0]}: no 'dataloader_state_dict' while {files[0]} has one")
-        loaded = [s["dataloader_state_dict"] for s in loaded]
-    if isinstance(loaded[0], list):
-        if len(files) != 1:
-            raise click.ClickException(
-                f"{files[0]}: a global checkpoint (all ranks in one file) must come alone"
-            )
-        return True, megatron, [(None, s) for s in loaded[0]]
-    return False, megatron, [(os.path.basename(f), s) for f, s in zip(files, loaded)]
 
 
 def _scalars(tree, prefix: str = "", depth: int = 2) -> list[str]:
@@ -117,16 +92,16 @@ def _echo_ours(ranks: list, is_global: bool) -> None:
                 click.echo(f"    {key}: {json.dumps(value, default=repr)}")
 
 
-@click.command(name="checkpoint")
+@click.command(name="info")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the whole state as JSON.")
-def command(files, as_json):
+def command_info(files, as_json):
     """Show saved loader states: FILES are one torch.save'd state per rank (energon-arrow's state_dict() or
     energon's save_state_rank()), or one file with every rank's state (energon's global checkpoint)."""
     from energon_arrow.cli.checkpoint_load import plain
 
-    files = sorted(files, key=lambda f: _natural(os.path.basename(f)))
-    is_global, megatron, ranks = _read(files)
+    files = sorted(files, key=lambda f: natural_key(os.path.basename(f)))
+    is_global, megatron, ranks = read_states(files)
     if not ranks:
         raise click.ClickException(f"{files[0]}: holds no rank state")
     kinds = {_kind(s) for _, s in ranks}
@@ -145,3 +120,22 @@ def command(files, as_json):
         _echo_energon(ranks, is_global)
     else:
         _echo_ours(ranks, is_global)
+
+
+class _InfoByDefault(click.Group):
+    """A group whose `info` subcommand also runs without its name (`energon-arrow checkpoint FILES`)."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["info", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(name="checkpoint", cls=_InfoByDefault)
+def command():
+    """Saved loader states: `checkpoint [info] FILES` shows them, `checkpoint redist FILES OUT --new-world-size N`
+    rewrites them for another number of ranks (energon's `energon checkpoint info` / `redist`)."""
+
+
+command.add_command(command_info)
+command.add_command(command_redist)

@@ -8,9 +8,13 @@ lists and scalars (an object's class name under "__class__").
 
 from __future__ import annotations
 
+import os
 import pickle
+import re
 import types
 from typing import Any
+
+import click
 
 FOREIGN_PREFIXES = ("megatron.",)
 
@@ -132,3 +136,32 @@ def plain(obj: Any, limit: int | None = None) -> Any:
     if isinstance(obj, bytes):
         return f"<{len(obj)} bytes>"
     return repr(obj)
+
+
+# ---- the rank files of one checkpoint ---------------------------------------------------------------------
+
+
+def natural_key(name: str) -> list:
+    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", name)]
+
+
+def is_ours(state) -> bool:
+    return isinstance(state, dict) and "version" in state and "next_batch" in state
+
+
+def read_states(files: list[str]) -> tuple[bool, bool, list]:
+    """(global checkpoint?, Megatron-style?, [(file name or None, rank state), ...])."""
+    loaded = [load_state(f) for f in files]
+    megatron = isinstance(loaded[0], dict) and "dataloader_state_dict" in loaded[0]
+    if megatron:
+        bad = [f for f, s in zip(files, loaded) if not (isinstance(s, dict) and "dataloader_state_dict" in s)]
+        if bad:
+            raise click.ClickException(f"{bad[0]}: no 'dataloader_state_dict' while {files[0]} has one")
+        loaded = [s["dataloader_state_dict"] for s in loaded]
+    if isinstance(loaded[0], list):
+        if len(files) != 1:
+            raise click.ClickException(
+                f"{files[0]}: a global checkpoint (all ranks in one file) must come alone"
+            )
+        return True, megatron, [(None, s) for s in loaded[0]]
+    return False, megatron, [(os.path.basename(f), s) for f, s in zip(files, loaded)]

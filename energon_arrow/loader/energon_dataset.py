@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
+from energon_arrow.loader.debug_log import worker_batches_logged
 from energon_arrow.loader.energon_len import energon_length
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.reader import SampleReader
@@ -42,7 +43,13 @@ class EnergonDataset(BatchDataset):
 
     def __iter__(self):
         timeout, initial, fail = self.watchdog
+<<<<<<< HEAD
         items = self._sent() if self.hooks.stream else self._tagged()
+=======
+        items = super().__iter__() if self.hooks.stream else self._tagged()
+        if self.worker_config.should_log(1 if self.mode == "train" else 2):
+            items = worker_batches_logged(items, self.worker_config, self.mode)
+>>>>>>> debugmirror
         if timeout is None:
             return items
         return Watchdog(timeout, initial, fail).watch_iter(items)

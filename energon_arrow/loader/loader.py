@@ -22,6 +22,7 @@ from energon_arrow.loader.dataset import BatchDataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.image_device import device_images, image_board
 from energon_arrow.loader.image_gpu_decode import device_decoded, device_decoder
+from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.transfer import iter_to_device
 
 STATE_VERSION = 1
@@ -169,13 +170,44 @@ class Loader:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise LoaderError(f"not a loader state of version {STATE_VERSION}: {state!r:.200}")
         ours = self.dataset.settings.fingerprint()
-        if state["settings"] != ours:
-            saved = state["settings"]
-            diff = {k: (saved.get(k), ours.get(k)) for k in {**saved, **ours} if saved.get(k) != ours.get(k)}
+        saved = state["settings"]
+        diff = {k: (saved.get(k), ours.get(k)) for k in {**saved, **ours} if saved.get(k) != ours.get(k)}
+        if diff and set(diff) != {"global_batch_size"}:
             raise LoaderError(f"loader state was saved with different settings (saved, now): {diff}")
         if state["sources"] != [len(s) for s in self.dataset.sources]:
             raise LoaderError(
                 f"loader state was saved for datasets of {state['sources']} samples, these have "
                 f"{[len(s) for s in self.dataset.sources]}"
             )
-        self.next_batch = int(state["next_batch"])
+        count, saved_batch_size = int(state["next_batch"]), saved["global_batch_size"]
+        limit = self.dataset.limit
+        if (
+            saved_batch_size != ours["global_batch_size"]
+            and limit is not None
+            and count * saved_batch_size >= limit
+        ):
+            self.next_batch = self.dataset.total_batches()  # the saved pass had ended
+        else:
+            self.next_batch = self.rescaled(count, saved_batch_size)
+
+    def rescaled(self, count: int, saved_batch_size: int) -> int:
+        """`count` batches of a state saved with global batch size `saved_batch_size` as batches of this loader's
+        (e.g. after `energon-arrow checkpoint redist` to another world size, or a smaller micro batch): the same
+        number of samples, so the stream resumes exactly where it stopped. Only where the sample order does not
+        depend on the batch size (one dataset or a concatenation, not a blend) and the samples fill whole batches."""
+        g = self.dataset.settings.global_batch_size
+        if saved_batch_size == g:
+            return count
+        schedule = self.dataset.schedule
+        if not isinstance(schedule, BatchSchedule) or schedule.blend:
+            raise LoaderError(
+                f"loader state was saved with global batch size {saved_batch_size}, this loader has {g}: a blend's "
+                "sample order depends on the global batch size, so it resumes only with the same one"
+            )
+        delivered = count * saved_batch_size
+        if delivered % g:
+            raise LoaderError(
+                f"loader state was saved after {delivered} samples ({count} batches of {saved_batch_size}); "
+                f"resuming with global batch size {g} needs a size that divides {delivered}"
+            )
+        return delivered // g

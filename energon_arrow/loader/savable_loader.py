@@ -8,7 +8,7 @@
 - watchdog (loader/watchdog.py): when producing a batch takes longer than `watchdog_timeout_seconds` (the first
   `watchdog_initial_timeout_seconds`), the producing process prints its threads' stacks and warns; with
   `fail_on_timeout=True` it exits;
-- `worker_config.worker_log_level >= 1` (train) / `>= 2` (val): one JSON line per batch via `worker_log`;
+- `worker_config.worker_log_level >= 1`: energon's worker debug log records (loader/debug_log.py);
 - `SavableLoader`: `save_state_rank` / `restore_state_rank` (plain dicts) and `save_state_global` /
   `restore_state_global` (gathered / scattered with torch.distributed when the world has several ranks).
 """
@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import torch.distributed
 
+from energon_arrow.loader.debug_log import LoaderLog
 from energon_arrow.loader.energon_dataset import EnergonDataset
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
@@ -72,6 +73,11 @@ class BasicLoader(Loader, Generic[T]):
         )
         self.epoch_offset = 0
         self._regroup_state: dict | None = None
+        self._pass_idx = 0  # batches yielded in the current pass (the debug log's idx)
+        kind = "SavableDataLoader" if isinstance(self, SavableLoader) else "BasicDataLoader"
+        self.debug_log = (
+            LoaderLog(wc, kind, _debug_config(dataset), ids=SavableLoader) if wc.should_log(1) else None
+        )
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -110,33 +116,38 @@ class BasicLoader(Loader, Generic[T]):
 
     def _batches(self) -> Iterator[Any]:
         ds = self.dataset
-        log = self.worker_config.should_log(1 if ds.mode == "train" else 2)
         length = ds.virtual_epoch_length
         ds.watchdog = self.watchdog  # the workers (forked when iteration starts) watch their batches
+        total = ds.total_batches()
+        if self.next_batch == 0 or total is not None and self.next_batch >= total:
+            self._pass_idx = 0  # a new pass starts
         it = self._stream() if self.regroup is not None else super()._batches()
-        for i, item in enumerate(it):
-            if log:
-                keys = getattr(item, "__key__", None)
-                self.worker_config.worker_log(
-                    {
-                        "t": "yield",
-                        "r": self.worker_config.rank,
-                        "w": None,
-                        "m": ds.mode,
-                        "idx": i,
-                        "keys": keys,
-                    }
-                )
-            if length:
-                self.epoch_offset += 1
-                if self.epoch_offset >= length:
-                    self.epoch_offset = 0
-                    yield item
-                    return
-            yield item
-        self.epoch_offset = (
-            0  # a finite pass ended inside the virtual epoch: the next iter() starts a new one
-        )
+        if self.debug_log is not None:
+            it = self.debug_log.iteration(self._positioned(it))
+        try:
+            for item in it:
+                if length:
+                    self.epoch_offset += 1
+                    if self.epoch_offset >= length:
+                        self.epoch_offset = 0
+                        yield item
+                        return
+                yield item
+            self.epoch_offset = (
+                0  # a finite pass ended inside the virtual epoch: the next iter() starts a new one
+            )
+        finally:
+            it.close()
+
+    def _positioned(self, items: Iterator[Any]) -> Iterator[tuple[Any, int, int, int]]:
+        """(item, the worker that produced its (last) chunk, that worker's index of the chunk in this pass, the
+        item's index in the pass) for the debug log."""
+        n = max(self.num_workers, 1)
+        for item in items:
+            b = max(self.next_batch - 1 - self.dataset.start_batch, 0)
+            idx = self._pass_idx
+            self._pass_idx += 1
+            yield item, b % n, b // n, idx
 
     # ---- restoring one item ------------------------------------------------------------------------------
     def can_restore_sample(self) -> bool:
@@ -160,8 +171,20 @@ class BasicLoader(Loader, Generic[T]):
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        saved_batch_size = (
+            (state.get("settings") or {}).get("global_batch_size") if isinstance(state, dict) else None
+        )
+        if self.regroup is not None and saved_batch_size not in (
+            None,
+            self.dataset.settings.global_batch_size,
+        ):
+            raise LoaderError(
+                f"loader state was saved with global batch size {saved_batch_size}, this loader has "
+                f"{self.dataset.settings.global_batch_size}: a loader that regroups samples (grouping, packing, "
+                "generator hooks, unbatched) resumes only with the same one (its state holds each rank's pending samples)"
+            )
         super().load_state_dict(state)
-        self.epoch_offset = int(state.get("epoch_offset", 0))
+        self.epoch_offset = self.rescaled(int(state.get("epoch_offset", 0)), saved_batch_size)
         if self.regroup is not None:
             if "regroup" not in state:
                 raise LoaderError("loader state has no regrouping state, but this loader regroups batches")
@@ -170,6 +193,9 @@ class BasicLoader(Loader, Generic[T]):
 
 class SavableLoader(BasicLoader[T]):
     """energon's SavableDataLoader: a BasicLoader whose position can be saved and restored."""
+
+    #: numbers the loaders and their iterations in the worker debug log (energon's counter of the same name)
+    _next_id = 0
 
     def save_state_rank(self) -> dict:
         """This rank's state (a plain, JSON-able dict)."""
@@ -229,3 +255,15 @@ class SavableLoader(BasicLoader[T]):
     def _require_distributed(what: str) -> None:
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             raise LoaderError(f"{what}: world_size > 1 needs an initialised torch.distributed process group")
+
+
+def _debug_config(dataset: EnergonDataset) -> dict:
+    """What the debug log's loader record says about the dataset (cli/analyze_debug.py reads mode and datasets)."""
+    return {
+        "type": type(dataset).__name__,
+        "mode": dataset.mode,
+        "datasets": [s.name for s in dataset.sources],
+        "batch_size": dataset.batch_size,
+        "settings": dataset.settings.fingerprint(),
+        "worker_config": dataset.worker_config.config(),
+    }

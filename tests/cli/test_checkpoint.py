@@ -110,14 +110,51 @@ def test_not_a_state_is_one_line_error(tmp_path, cli):
         assert len(lines) == 1 and lines[0].startswith("energon-arrow: error:") and needle in lines[0], lines
 
 
-def test_analyze_debug_refuses_with_the_reason(cli):
-    """energon's analyze-debug reads worker debug logs; ours has none (the saved state replaces them)."""
-    for args in ([], ["logs/", "--heatmap-path", "x.png", "--include-modality", "train,val"]):
-        proc = cli("analyze-debug", *args)
-        assert proc.returncode == 1
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("energon-arrow: error: analyze-debug is not provided")
-        assert "worker_debug_path" in lines[0] and "energon-arrow checkpoint" in lines[0]
+def _debug_logs(root, folder, module, mode: str):
+    """Two passes of a val loader (2 workers, batch 3) over `root` with the worker debug log on (level 3), by
+    `module` (energon_arrow or megatron.energon); returns the keys of the batches."""
+    wc = module.WorkerConfig(
+        rank=0,
+        world_size=1,
+        num_workers=2,
+        worker_log_level=3,
+        worker_debug_path=str(folder / "{worker_id}.jsonl"),
+    )
+    get = module.get_val_dataset if mode == "val" else module.get_train_dataset
+    loader = module.get_savable_loader(get(root, split_part="train", batch_size=3, worker_config=wc))
+    return [[b.__key__ for b in loader] for _ in range(2)]
+
+
+def test_analyze_debug_reads_the_worker_debug_logs(clean_root, tmp_path, cli):
+    """Our loader's logs: 3 files (main process + 2 workers), every batch a step; the same summary line as
+    energon's analyze-debug on energon's logs of the same loader, and a heatmap PNG."""
+    import energon_arrow as ea
+
+    passes = _debug_logs(clean_root, tmp_path / "ours", ea, "val")
+    n_keys = len({k for batches in passes for b in batches for k in b})
+    steps = sum(len(batches) for batches in passes)
+    png = tmp_path / "heat.png"
+    args = ["--include-modality", "train,val", "--heatmap-path", str(png)]
+    proc = cli("analyze-debug", str(tmp_path / "ours"), *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "Analyzing 3 logs..." in proc.stdout
+    assert f"Found {n_keys} unique sample keys, {steps} steps" in proc.stdout
+    from PIL import Image
+
+    assert Image.open(png).size == (steps, n_keys)
+    # energon's logs of the same loader read the same way
+    import megatron.energon as me
+
+    _debug_logs(clean_root, tmp_path / "energon", me, "val")
+    ref = energon_cli(
+        "analyze-debug", str(tmp_path / "energon"), *args[:2], "--heatmap-path", str(tmp_path / "e.png")
+    )
+    theirs = cli("analyze-debug", str(tmp_path / "energon"), *args)
+    found = [line for line in ref.stdout.splitlines() if line.startswith("Found")]
+    assert found and found[0] in theirs.stdout.splitlines()
+    # no loader of the asked modality: the workers' records of it (none for train here): an error
+    proc = cli("analyze-debug", str(tmp_path / "ours"), "--heatmap-path", str(png))
+    assert proc.returncode == 1 and "No data found in logs" in proc.stderr
 
 
 def test_mount_refuses_with_the_alternatives(cli):
@@ -126,3 +163,83 @@ def test_mount_refuses_with_the_alternatives(cli):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1
     assert lines[0].startswith("energon-arrow: error: mount is not provided") and "energon mount" in lines[0]
+
+
+def _rank_loaders(root, world: int, batch: int):
+    import energon_arrow as ea
+
+    return [
+        ea.get_savable_loader(
+            ea.get_train_dataset(
+                root,
+                worker_config=ea.WorkerConfig(rank=r, world_size=world, num_workers=0),
+                batch_size=batch,
+                shuffle_buffer_size=4,
+                max_samples_per_sequence=2,
+            )
+        )
+        for r in range(world)
+    ]
+
+
+def test_redist_to_other_world_sizes_resumes_the_same_samples(clean_root, tmp_path):
+    """energon's test_redist in small: 2 ranks x batch 2 save after 2 steps; redist to 1 and to 4 ranks (files
+    named like the inputs); the next 8 samples of the world, as sets per global batch of 4, are the same."""
+    from click.testing import CliRunner
+
+    from energon_arrow.cli.checkpoint import command_redist
+
+    def next_global_batches(loaders, steps):
+        iters = [iter(ld) for ld in loaders]
+        out = [sorted(k for it in iters for k in next(it).__key__) for _ in range(steps)]
+        for it in iters:
+            it.close()
+        return out
+
+    loaders = _rank_loaders(clean_root, 2, 2)
+    files = []
+    for r, ld in enumerate(loaders):
+        it = iter(ld)
+        next(it), next(it)
+        it.close()
+        files.append(str(tmp_path / f"state_rank{r}.pt"))
+        torch.save(ld.save_state_rank(), files[-1])
+    ref = next_global_batches(loaders, 2)
+    for world in (1, 4):
+        out = tmp_path / f"out{world}"
+        result = CliRunner().invoke(command_redist, ["--new-world-size", str(world), *files, str(out)])
+        assert result.exit_code == 0, result.output
+        assert f"Saved {world} rank checkpoint files to {out}" in result.output
+        assert sorted(p.name for p in out.iterdir()) == [f"state_rank{r}.pt" for r in range(world)]
+        new = _rank_loaders(clean_root, world, 4 // world)
+        for r, ld in enumerate(new):
+            ld.restore_state_rank(torch.load(out / f"state_rank{r}.pt", weights_only=False))
+        assert next_global_batches(new, 2) == ref
+
+
+def test_redist_global_and_megatron_style_and_refusals(clean_root, energon_states, tmp_path, cli):
+    (ld,) = _rank_loaders(clean_root, 1, 2)
+    it = iter(ld)
+    next(it)
+    it.close()
+    state = ld.save_state_rank()
+    torch.save({"dataloader_state_dict": [state, state]}, tmp_path / "global.pt")
+    proc = cli(
+        "checkpoint", "redist", "--new-world-size", "3", str(tmp_path / "global.pt"), str(tmp_path / "o")
+    )
+    assert proc.returncode == 0, proc.stderr
+    saved = torch.load(tmp_path / "o" / "global.pt", weights_only=False)
+    assert saved == {"dataloader_state_dict": [state, state, state]}
+    # `checkpoint FILES` is still `checkpoint info FILES`
+    assert "Next batch: 1 " in cli("checkpoint", "info", str(tmp_path / "o" / "global.pt")).stdout
+    torch.save(state, tmp_path / "s_r0.pt")
+    torch.save({**state, "next_batch": 2}, tmp_path / "s_r1.pt")
+    for args, needle in (
+        (
+            [str(tmp_path / "s_r0.pt"), str(tmp_path / "s_r1.pt")],
+            "the rank states are at different positions",
+        ),
+        ([energon_states["rank0"], energon_states["rank1"]], "energon's `energon checkpoint redist`"),
+    ):
+        proc = cli("checkpoint", "redist", "--new-world-size", "1", *args, str(tmp_path / "x"))
+        assert proc.returncode == 1 and needle in proc.stderr, proc.stderr

@@ -264,11 +264,35 @@ def test_get_val_datasets_one_per_dataset(prepared_root):
 
 
 def test_worker_log(prepared_root, tmp_path):
+    """energon's worker debug log: the loader's records in file 0 (the main process), each worker's `yield_batch`
+    records in files 1, 2 (rank 0's workers), the same keys as the batches."""
     path = str(tmp_path / "log-{worker_id}.jsonl")
-    ds = train(prepared_root, worker_config=wc(worker_log_level=1, worker_debug_path=path))
-    got = keys(ea.get_loader(ds), 2)
+    ds = train(prepared_root, worker_config=wc(2, worker_log_level=1, worker_debug_path=path))
+    loader = ea.get_savable_loader(ds)
+    got = keys(loader, 4)
     lines = [json.loads(x) for x in (tmp_path / "log-0.jsonl").read_text().splitlines()]
-    assert [line["keys"] for line in lines] == got and lines[0]["m"] == "train"
+    assert [line["t"] for line in lines[:2]] == ["SavableLoader.__init__", "SavableDataLoader.iter"]
+    assert lines[0]["config"]["mode"] == "train" and lines[0]["config"]["datasets"][0].startswith(
+        prepared_root
+    )
+    yields = [line for line in lines if line["t"] == "SavableDataLoader.yield"]
+    assert [y["keys"] for y in yields] == got and [y["idx"] for y in yields] == [0, 1, 2, 3]
+    assert [(y["worker_id"], y["worker_idx"]) for y in yields] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert lines[-1]["t"] == "SavableDataLoader.StopIteration"
+    per_worker = [
+        [json.loads(x) for x in (tmp_path / f"log-{w}.jsonl").read_text().splitlines()] for w in (1, 2)
+    ]
+    assert all(r["t"] == "yield_batch" and r["m"] == "train" for records in per_worker for r in records)
+    assert {r["w"] for r in per_worker[0]} == {0} and {r["w"] for r in per_worker[1]} == {1}
+    assert per_worker[0][0]["keys"] == got[0] and per_worker[1][0]["keys"] == got[1]
+
+
+def test_worker_log_off_writes_nothing(prepared_root, tmp_path):
+    path = str(tmp_path / "log-{worker_id}.jsonl")
+    ds = train(prepared_root, worker_config=wc(worker_debug_path=path))
+    loader = ea.get_savable_loader(ds)
+    keys(loader, 2)
+    assert loader.debug_log is None and not list(tmp_path.iterdir())
 
 
 def test_worker_config_like_energon():

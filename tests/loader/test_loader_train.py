@@ -105,9 +105,36 @@ def test_resume_across_world_size_change(prepared_root):
 
 def test_state_mismatch_is_refused(prepared_root):
     state = _loader(prepared_root, batch=4).state_dict()
-    other = _loader(prepared_root, batch=8)
-    with pytest.raises(LoaderError, match="global_batch_size"):
+    other = _loader(prepared_root, batch=4, seed=4)
+    with pytest.raises(LoaderError, match="different settings.*seed"):
         other.load_state_dict(state)
+
+
+def test_resume_with_another_global_batch_size_continues_after_the_same_samples(prepared_root):
+    """A state of 3 batches of 4 resumes in batches of 2 (or 6) after sample 12 (energon: a smaller micro batch,
+    or `checkpoint redist` to another world size); 12 samples do not fill batches of 8: refused, naming why."""
+    ref = [k for b in _take(_loader(prepared_root, batch=4), 8) for k in b.__key__]
+    first = _loader(prepared_root, batch=4)
+    _take(first, 3)
+    state = first.save_state_rank()
+    for batch in (2, 6):
+        other = _loader(prepared_root, batch=batch)
+        other.restore_state_rank(state)
+        assert [k for b in _take(other, 12 // batch) for k in b.__key__] == ref[12:24]
+    with pytest.raises(LoaderError, match="after 12 samples .* needs a size that divides 12"):
+        _loader(prepared_root, batch=8).restore_state_rank(state)
+
+
+def test_resume_of_a_blend_with_another_global_batch_size_is_refused(tmp_path, prepared_root):
+    mds = tmp_path / "mds.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        f"      - weight: 1\n        path: {prepared_root}\n      - weight: 1\n        path: {prepared_root}\n"
+    )
+    first = _loader(str(mds), batch=4)
+    _take(first, 2)
+    with pytest.raises(LoaderError, match="blend's sample order depends on the global batch size"):
+        _loader(str(mds), batch=2).restore_state_rank(first.save_state_rank())
 
 
 def test_decoded_fields_and_field_map_access(dataset_copy):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import inspect
-import logging
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, Generic
 
@@ -28,8 +27,6 @@ from energon_arrow.loader.wrappers.base import (
     set_sample_restore_key,
 )
 from energon_arrow.loader.wrappers.failures import ErrorContext, restore_guarded
-
-log = logging.getLogger(__name__)
 
 
 class MapDataset(BaseWrapperDataset[T_sample_in, T_sample_out], Generic[T_sample_in, T_sample_out]):
@@ -253,7 +250,8 @@ def default_get_batch_keys(sample: Any) -> list | None:
 
 
 class LogSampleDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]):
-    """Logs the keys of every yielded sample at DEBUG level (energon's LogSampleDataset)."""
+    """Writes a `yield_batch` record of every yielded sample to the worker debug log (energon's LogSampleDataset;
+    `WorkerConfig(worker_debug_path=..., worker_log_level >= 1)`)."""
 
     _savable_fields = ("_step",)
 
@@ -270,16 +268,13 @@ class LogSampleDataset(BaseWrapperDataset[T_sample, T_sample], Generic[T_sample]
         return self.dataset.len_worker(worker_idx)
 
     def __iter__(self) -> Iterator[Any]:
+        wc = self.worker_config
+        logging_on = wc.should_log(1)
         for sample in self.dataset:
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "yield_batch r=%d w=%d m=%s idx=%d keys=%s",
-                    self.worker_config.rank,
-                    global_worker_id(self.worker_config),
-                    self.mode,
-                    self._step,
-                    self.get_keys_fn(sample),
-                )
+            if logging_on:
+                keys = self.get_keys_fn(sample)
+                record = {"t": "yield_batch", "r": wc.rank, "w": global_worker_id(wc), "m": self.mode}
+                wc.worker_log({**record, "idx": self._step, **({} if keys is None else {"keys": keys})})
             self._step += 1
             yield sample
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -232,11 +233,20 @@ def test_shuffle_buffer(val):
 
 
 @pytest.mark.heavy
-def test_log_sample_and_gc(val, caplog):
-    with caplog.at_level(logging.DEBUG, logger="energon_arrow.loader.wrappers.map"):
-        ds = ea.LogSampleDataset(ea.GcDataset(val, worker_config=wc(), every_n_iter=5), "train", wc())
-        assert _keys(ds) == VAL_KEYS
-    assert f"idx=39 keys=['{VAL_KEYS[-1]}']" in caplog.text
+def test_log_sample_and_gc(val, tmp_path):
+    """LogSampleDataset writes energon's `yield_batch` records to the worker debug log (file 0: the main process)."""
+    config = ea.WorkerConfig(
+        rank=0,
+        world_size=1,
+        num_workers=0,
+        worker_log_level=1,
+        worker_debug_path=str(tmp_path / "{worker_id}.jsonl"),
+    )
+    ds = ea.LogSampleDataset(ea.GcDataset(val, worker_config=wc(), every_n_iter=5), "train", config)
+    assert _keys(ds) == VAL_KEYS
+    lines = [json.loads(x) for x in (tmp_path / "0.jsonl").read_text().splitlines()]
+    assert lines[-1] == {"t": "yield_batch", "r": 0, "w": 0, "m": "train", "idx": 39, "keys": [VAL_KEYS[-1]]}
+    assert len(lines) == len(VAL_KEYS)
 
 
 def test_worker_config_must_match(val):

@@ -1,0 +1,5 @@
+"""Mirrors `megatron.energon.epathlib.epath`: the same public names, from where energon_arrow implements them."""
+
+from energon_arrow.epathlib import EPath
+
+__all__ = ["EPath"]

@@ -1,0 +1,17 @@
+"""Mirrors `megatron.energon.flavors.base_dataset`: the same public names, from where energon_arrow implements them."""
+
+from energon_arrow.loader.wrappers import SavableDataset
+from energon_arrow.loader.wrappers.base import add_sample_restore_key, set_sample_restore_key
+from energon_arrow.loader.wrappers.factories import BaseCoreDatasetFactory
+from energon_arrow.samples import Sample
+from energon_arrow.samples.sample import ExtendableDataclassMixin, PinMemoryMixin
+
+__all__ = [
+    "BaseCoreDatasetFactory",
+    "ExtendableDataclassMixin",
+    "PinMemoryMixin",
+    "Sample",
+    "SavableDataset",
+    "add_sample_restore_key",
+    "set_sample_restore_key",
+]
