@@ -43,20 +43,18 @@ class EnergonDataset(BatchDataset):
 
     def __iter__(self):
         timeout, initial, fail = self.watchdog
-<<<<<<< HEAD
-        items = self._sent() if self.hooks.stream else self._tagged()
-=======
         items = super().__iter__() if self.hooks.stream else self._tagged()
         if self.worker_config.should_log(1 if self.mode == "train" else 2):
             items = worker_batches_logged(items, self.worker_config, self.mode)
->>>>>>> debugmirror
+        if self.hooks.stream:
+            items = self._sent(items)
         if timeout is None:
             return items
         return Watchdog(timeout, initial, fail).watch_iter(items)
 
-    def _sent(self):
+    @staticmethod
+    def _sent(items):
         """Stream mode: the encoded samples, pickled here when this is a DataLoader worker (loader/worker_send.py)."""
-        items = super().__iter__()
         if torch.utils.data.get_worker_info() is None:
             yield from items
             return
