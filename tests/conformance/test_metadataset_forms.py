@@ -9,6 +9,7 @@ import collections
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.epathlib import EPath
 from energon_arrow.testing.synthetic import write_webdataset
 from tests.reference import energon_prepare
 
@@ -354,9 +355,10 @@ def test_traverse_metadataset_like_energon(root, tmp_path):
     )
     ours = ea.traverse_metadataset(path, split_part="train")
     ref = energon.traverse_metadataset(path, split_part="train")
-    assert [(r.path, r.split_part, r.subflavors, r.aux) for r in ours] == [
-        (str(r.path), r.split_part, r.subflavors, {k: str(v) for k, v in r.aux.items()}) for r in ref
-    ]
+    assert all(isinstance(p, EPath) for r in ours for p in [r.path, *r.aux.values()])  # like energon's
+    assert [
+        (str(r.path), r.split_part, r.subflavors, {k: str(v) for k, v in r.aux.items()}) for r in ours
+    ] == [(str(r.path), r.split_part, r.subflavors, {k: str(v) for k, v in r.aux.items()}) for r in ref]
 
 
 def test_aux_file_stores_in_cookers(root, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.epathlib import EPath
 from energon_arrow.loader.errors import LoaderError
 from tests.loader.conftest import write_dataset_yaml
 from tests.loader.wrappers.conftest import VAL_KEYS, wc
@@ -114,7 +115,7 @@ def test_load_dataset_gives_energons_loader_classes(prepared_root, tmp_path):
     loader2, loader1 = ea.load_dataset(str(v2)), ea.load_dataset(v1)
     assert type(loader2) is ea.MetadatasetV2 and type(loader1) is ea.Metadataset
     assert isinstance(loader2, ea.DatasetLoaderInterface)
-    assert [r.path for r in loader2.traverse(split_part="train")] == [prepared_root]
+    assert [r.path for r in loader2.traverse(split_part="train")] == [EPath(prepared_root)]
     assert loader2.prepare() == []
     loaded = loader1.get_datasets(training=False, split_part="train", worker_config=wc(), decoder=None)
     assert [type(d.dataset) for d in loaded.datasets] == [ea.StandardWebdatasetFactory]
