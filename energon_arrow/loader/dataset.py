@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from energon_arrow.loader.assemble import Assembler
-from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
@@ -145,10 +144,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.limit = None if settings.repeat or epoch is None else epoch
         if self.limit is not None and settings.drop_last:
             self.limit -= self.limit % settings.global_batch_size
-        self.builders = [
-            (s.builder or SampleBuilder)(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code)
-            for s in sources
-        ]
+        self.builders = [s.new_builder(self.decoder, trust_remote_code) for s in sources]
         self.layouts = [BlockLayout.from_runs(*src.shard_runs(), settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)
         self.start_batch = 0

@@ -68,9 +68,7 @@ class WebdatasetFactory(BaseCoreDatasetFactory):
         self.__sample_type__ = self._builder().sample_cls
 
     def _builder(self) -> SampleBuilder:
-        src = self.source
-        builder = src.builder or SampleBuilder  # JSONL and joined sources carry their own builder
-        return builder(src.storage, src.config, self._decoder, self.subflavors, self._trust_remote_code)
+        return self.source.new_builder(self._decoder, self._trust_remote_code, self.subflavors)
 
     def __len__(self) -> int:
         return len(self.source)
