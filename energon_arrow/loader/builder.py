@@ -45,6 +45,10 @@ def load_dataset_code(storage: Storage, spec: str, trust_remote_code: bool, wher
 class SampleBuilder:
     """Builds one sample from (key, parts) for a given dataset.yaml; decoding happens here, per needed part."""
 
+    #: the split position of the source's row 0 (`SplitSource.row_offset`, set by `SplitSource.new_builder`):
+    #: added to the rows given as `split_index` to make energon's `SourceInfo.index`
+    index_offset = 0
+
     def __init__(
         self,
         storage: Storage,
@@ -90,8 +94,11 @@ class SampleBuilder:
 
     def sources(self, keys: list, part_names, shards: list, split_indices: list) -> list[tuple[SourceInfo]]:
         """energon's `__sources__` of samples read from shards (one tuple per sample): their positions in the
-        split and the member names of `part_names`."""
+        split (`split_indices`: rows of the source, shifted by `index_offset`) and the member names of
+        `part_names`."""
         root = self.dataset_path
+        if self.index_offset:
+            split_indices = [i + self.index_offset for i in split_indices]
         # the member names column by column, zipped into one tuple per sample; tuple.__new__ skips the named
         # tuple's Python __new__ (half the time of SourceInfo(...) for a batch)
         names = [[key + "." + p for key in keys] for p in part_names]

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from energon_arrow.loader.assemble import Assembler
-from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
@@ -112,33 +111,41 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.decoder = decoder if decoder is not None else PartDecoder()
         self.hooks = TaskHooks(task_encoder, settings.seed, self.local_batch_size)
         sizes = [len(s) for s in sources]
+        self.over_epochs = _over_epochs(settings, len(sources))
+        # positions of one full pass of each source's order: k epochs when shuffled over k epochs
+        spans = [n * (k if k not in (None, -1) else 1) for n, k in zip(sizes, self.over_epochs)]
         if repetitions is not None:
             if weights is not None:
                 raise LoaderError("blend weights and blend_epochized repetitions cannot be combined")
-            self.schedule = EpochizedSchedule(sizes, repetitions, settings.global_batch_size, settings.seed)
+            endless = [
+                s.name for s, k, r in zip(sources, self.over_epochs, repetitions) if k == -1 and r >= 1
+            ]
+            if endless:
+                raise LoaderError(
+                    f"blend_epochized: {endless}: shuffle_over_epochs_multiplier=-1 draws samples with "
+                    "replacement without end, so a whole repetition never ends (energon's neither); use a "
+                    "weighted blend, or repetitions < 1"
+                )
+            self.schedule = EpochizedSchedule(
+                sizes, repetitions, settings.global_batch_size, settings.seed, pass_lengths=spans
+            )
             epoch = self.schedule.epoch_length
         else:
             self.schedule = BatchSchedule(sizes, settings.global_batch_size, settings.seed, weights)
             epoch = int(sum(sizes))
-        self.over_epochs = _over_epochs(settings, len(sources))
-        if any(m != 1 for m in self.over_epochs):
-            if repetitions is not None or (len(sources) > 1 and weights is None):
-                raise LoaderError(
-                    f"shuffle_over_epochs_multiplier={self.over_epochs} is supported for one dataset or a weighted "
-                    "blend, not for blend_epochized or concatenated datasets (their epochs are counted in single "
-                    "passes)"
-                )
-            over = self.over_epochs[0]  # one dataset here (a weighted blend has no finite pass)
-            epoch = (
-                None if over == -1 else epoch * (over or 1)
-            )  # a finite pass spans `over` epochs (-1: endless)
+            if any(k not in (1, None) for k in self.over_epochs):  # None keeps the single pass (no shuffling)
+                if len(sources) > 1 and weights is None:
+                    raise LoaderError(
+                        f"shuffle_over_epochs_multiplier={self.over_epochs} is supported for one dataset, a "
+                        "weighted blend or blend_epochized, not for concatenated datasets (their epochs are "
+                        "counted in single passes)"
+                    )
+                # one dataset here (a weighted blend has no finite pass): a pass spans k epochs (-1: endless)
+                epoch = None if self.over_epochs[0] == -1 else spans[0]
         self.limit = None if settings.repeat or epoch is None else epoch
         if self.limit is not None and settings.drop_last:
             self.limit -= self.limit % settings.global_batch_size
-        self.builders = [
-            (s.builder or SampleBuilder)(s.storage, s.config, self.decoder, s.subflavors, trust_remote_code)
-            for s in sources
-        ]
+        self.builders = [s.new_builder(self.decoder, trust_remote_code) for s in sources]
         self.layouts = [BlockLayout.from_runs(*src.shard_runs(), settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)
         self.start_batch = 0

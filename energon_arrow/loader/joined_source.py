@@ -156,6 +156,14 @@ class JoinedBuilder(SampleBuilder):
             joiner = joiner.from_joined
         self.joiner, self.names = joiner, names
 
+    @property
+    def index_offset(self) -> int:  # the joined rows' split position: the primary's SourceInfo.index
+        return self.primary.index_offset
+
+    @index_offset.setter
+    def index_offset(self, value: int) -> None:
+        self.primary.index_offset = value
+
     def _open_readers(self) -> list[SampleReader]:
         if self.readers is None:
             self.readers = [SampleReader(s) for s, _, _ in self.members]

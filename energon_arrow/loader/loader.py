@@ -4,7 +4,9 @@ device if any, else batches stay on the host; `device="cpu"` keeps them on the h
 `image_device_decode=True` the workers ship compressed images and the batches' images are decoded here, on that
 device (image_gpu_decode.py).
 
-State: `{"version", "next_batch", "settings": {...}}` - JSON-able, no sample data. The batch sequence depends only
+State: `{"version", "next_batch", "settings": {...}}` (+ `"pass_open": true` when saved after the last batch of a
+finite pass whose iterator was left before its end: the restored loader's next iteration ends that pass without a
+batch, as energon's does) - JSON-able, no sample data. The batch sequence depends only
 on the settings (seed, global batch size, ...), so a state saved with W ranks x K workers resumes exactly with any
 other W' x K' as long as the global batch size is the same.
 """
@@ -75,6 +77,9 @@ class Loader:
         self.skipped = 0  # samples skipped (skip_errors): by the workers + by the image decode stage
         self._worker_skipped = self._decode_skipped = 0
         self._iterating = False
+        #: every batch of a finite pass was delivered, but its iterator was left before its end: the next
+        #: iteration ends the pass without a batch (as energon's, whose datasets then stand at their end)
+        self._pass_open = False
 
     def __len__(self) -> int:
         """Batches this rank yields in one whole pass (finite streams only)."""
@@ -87,8 +92,12 @@ class Loader:
 
     def _batches(self) -> Iterator[Any]:
         total = self.dataset.total_batches()
-        if total is not None and self.next_batch >= total:  # a finished finite pass starts over
-            self.next_batch = 0
+        if total is not None and self.next_batch >= total:
+            if self._pass_open:  # left after its last batch: this iteration ends the pass
+                self._pass_open = False
+                return
+            self.next_batch = 0  # a finished finite pass starts over
+        self._pass_open = False
         self.dataset.start_batch = self.next_batch
         self.dataset.warm_plan()
         kwargs: dict[str, Any] = {}
@@ -125,14 +134,15 @@ class Loader:
                     board.hold(batch, leases)
                 expected = b + 1
                 self.next_batch = b + 1
+                self._pass_open = total is not None and self.next_batch >= total
                 self._worker_skipped = max(self._worker_skipped, skipped)
                 self.skipped = self._worker_skipped + self._decode_skipped
                 yield batch
         finally:
             self.dataset.image_slots = None  # the slots' memory goes with the last batches the user holds
-        total = self.dataset.total_batches()
         if total is not None:
             self.next_batch = max(self.next_batch, total)
+        self._pass_open = False
 
     def __iter__(self) -> Iterator[Any]:
         if self._iterating:
@@ -164,7 +174,7 @@ class Loader:
             "next_batch": int(self.next_batch),
             "settings": self.dataset.settings.fingerprint(),
             "sources": [len(s) for s in self.dataset.sources],
-        }
+        } | ({"pass_open": True} if self._pass_open else {})
 
     def load_state_dict(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
@@ -189,6 +199,7 @@ class Loader:
             self.next_batch = self.dataset.total_batches()  # the saved pass had ended
         else:
             self.next_batch = self.rescaled(count, saved_batch_size)
+        self._pass_open = bool(state.get("pass_open", False))
 
     def rescaled(self, count: int, saved_batch_size: int) -> int:
         """`count` batches of a state saved with global batch size `saved_batch_size` as batches of this loader's

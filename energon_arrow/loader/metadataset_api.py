@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from energon_arrow.adapters import open_storage
+from energon_arrow.epathlib import EPath
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.mds_tree import Leaf, MdsFile, is_metadataset, resolve_split
 
@@ -25,11 +26,12 @@ _FILESYSTEM = "filesystem://"
 
 @dataclass
 class TraversedDatasetReference:
-    """One leaf dataset of a traversed metadataset split (energon's fields; paths are strings / URLs)."""
+    """One leaf dataset of a traversed metadataset split (energon's fields: `path` and the `aux` values are
+    `EPath`s carrying the caller's storage options)."""
 
-    path: str
+    path: EPath
     split_part: str
-    aux: dict[str, str] = field(default_factory=dict)
+    aux: dict[str, EPath] = field(default_factory=dict)
     subflavors: dict[str, Any] = field(default_factory=dict)
 
 
@@ -49,8 +51,15 @@ def traverse_metadataset(
             raise LoaderError(
                 f"{path}: split {split_part!r}: traverse_metadataset() does not support joined datasets"
             )
-        aux = {k: v[len(_FILESYSTEM) :] if v.startswith(_FILESYSTEM) else v for k, v in leaf.aux.items()}
-        out.append(TraversedDatasetReference(leaf.path, leaf.split_part, aux, dict(leaf.subflavors or {})))
+        aux = {
+            k: EPath(v[len(_FILESYSTEM) :] if v.startswith(_FILESYSTEM) else v, storage_options)
+            for k, v in leaf.aux.items()
+        }
+        out.append(
+            TraversedDatasetReference(
+                EPath(leaf.path, storage_options), leaf.split_part, aux, dict(leaf.subflavors or {})
+            )
+        )
     return out
 
 

@@ -131,6 +131,9 @@ class BasicLoader(Loader, Generic[T]):
                     if self.epoch_offset >= length:
                         self.epoch_offset = 0
                         yield item
+                        self._pass_open = (
+                            False  # a virtual epoch ending with the pass ends it (docs/migration.md)
+                        )
                         return
                 yield item
             self.epoch_offset = (

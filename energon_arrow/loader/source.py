@@ -50,9 +50,27 @@ class SplitSource:
     builder: Any = None  # the SampleBuilder class for this source (None: SampleBuilder; JSONL has its own)
     rowmap: RowMap | None = None  # the split's runs of row-index rows when the columns are MappedColumns
     shard_check: ShardCheck | None = None  # local shards: identity checked at first read (shard_check.py)
+    #: the split position of row 0 (a metadataset subset starts inside the split; `subset` moves it): a sample's
+    #: `SourceInfo.index` is its position in the split, as energon's
+    row_offset: int = 0
 
     def __len__(self) -> int:
         return len(self.shard_id)
+
+    def new_builder(self, decoder, trust_remote_code: bool = False, subflavors: dict | None = None):
+        """The sample builder of this source (its own class for JSONL and joined sources); `subflavors`: those
+        to give the samples (default the source's)."""
+        from energon_arrow.loader.builder import SampleBuilder
+
+        builder = (self.builder or SampleBuilder)(
+            self.storage,
+            self.config,
+            decoder,
+            self.subflavors if subflavors is None else subflavors,
+            trust_remote_code,
+        )
+        builder.index_offset = self.row_offset
+        return builder
 
     @classmethod
     def from_table(
@@ -133,6 +151,7 @@ class SplitSource:
                 byte_size=self.byte_size.with_rowmap(rowmap),
                 keys=MappedKeys(rowmap, self.keys.all),
                 name=f"{self.name}[{start}:{end}]",
+                row_offset=self.row_offset + start,
                 parts={k: (o.with_rowmap(rowmap), z.with_rowmap(rowmap)) for k, (o, z) in self.parts.items()},
                 rowmap=rowmap,
             )
@@ -145,6 +164,7 @@ class SplitSource:
             byte_size=self.byte_size[sl],
             keys=None if self.keys is None else self.keys[start:end],
             name=f"{self.name}[{start}:{end}]",
+            row_offset=self.row_offset + start,
             parts=None if self.parts is None else {k: (o[sl], z[sl]) for k, (o, z) in self.parts.items()},
         )  # the rest is shared, the key maps too (release_pages)
 

@@ -84,7 +84,9 @@ def parse_subset(raw, where: str) -> Subset | None:
 def merge_subset(own: Subset | None, parent: Subset | None, where: str) -> Subset | None:
     """The subset in effect at one level: its own range composed with the one inherited from above."""
     if parent is not None and parent.absolute is not None:
-        raise LoaderError(f"{where}: absolute subset ranges are only allowed on a leaf dataset reference")
+        raise LoaderError(
+            f"{where}: absolute subset ranges are only allowed for a leaf dataset reference (not on a blend or nested metadataset)"
+        )
     if own is None or parent is None:
         return own if own is not None else parent
     total = own.range[1] - own.range[0]

@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.epathlib import EPath
 from energon_arrow.testing.synthetic import write_webdataset
 from tests.reference import energon_prepare
 
@@ -395,9 +396,10 @@ def test_traverse_metadataset_like_energon(root, tmp_path):
     )
     ours = ea.traverse_metadataset(path, split_part="train")
     ref = energon.traverse_metadataset(path, split_part="train")
-    assert [(r.path, r.split_part, r.subflavors, r.aux) for r in ours] == [
-        (str(r.path), r.split_part, r.subflavors, {k: str(v) for k, v in r.aux.items()}) for r in ref
-    ]
+    assert all(isinstance(p, EPath) for r in ours for p in [r.path, *r.aux.values()])  # like energon's
+    assert [
+        (str(r.path), r.split_part, r.subflavors, {k: str(v) for k, v in r.aux.items()}) for r in ours
+    ] == [(str(r.path), r.split_part, r.subflavors, {k: str(v) for k, v in r.aux.items()}) for r in ref]
 
 
 def test_aux_file_stores_in_cookers(root, tmp_path):
@@ -442,3 +444,39 @@ def test_aux_file_stores_in_cookers(root, tmp_path):
 
     ours = run(ea)
     assert ours == run(energon) and ours[0][1].endswith("|from the folder")
+
+
+def test_sources_of_a_subset_give_the_split_position(root, tmp_path):
+    """`SourceInfo.index` of a sample read through a `subset` is its position in the split, not in the subset,
+    on every path that builds samples: column-wise batches, per-sample batches (a task encoder hook), and the core
+    dataset of `load_dataset(...).get_datasets(...)` factories."""
+    path = _write(tmp_path, "s.yaml", V2 + f"  train:\n    path: {root}\n    subset: {{range: [40, 70]}}\n")
+
+    def info(s):
+        return (s.index, s.shard_name, s.file_names)
+
+    def loader_sources(mod, per_sample):
+        class TE(mod.DefaultTaskEncoder):
+            decoder = None
+
+            if per_sample:
+
+                def encode_sample(self, sample):
+                    return sample
+
+        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = mod.get_val_dataset(path, split_part="train", worker_config=wc, batch_size=4, task_encoder=TE())
+        return [(k, info(s[0])) for b in mod.get_loader(ds) for k, s in zip(b.__key__, b.__sources__)]
+
+    def core_sources(mod):
+        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        loaded = mod.load_dataset(path).get_datasets(
+            training=False, split_part="train", worker_config=wc, decoder=None
+        )
+        return [(s.__key__, info(s.__sources__[0])) for s in loaded.datasets[0].dataset.build()]
+
+    ref = loader_sources(energon, False)
+    assert [i for _, (i, _, _) in ref] == list(range(40, 70))
+    assert loader_sources(ea, False) == ref
+    assert loader_sources(ea, True) == loader_sources(energon, True) == ref
+    assert core_sources(ea) == ref  # (energon's core dataset only iterates inside its loader's workers)

@@ -66,3 +66,38 @@ def test_metadataset_multiplier_combines_with_the_argument(root, tmp_path):
     ours, ref = pass_keys(ea, str(mds), 2), pass_keys(energon, str(mds), 2)
     assert Counter(ours) == Counter(ref)
     assert set(Counter(ours).values()) == {4}
+
+
+def _epochized(tmp_path, root, name, entries):
+    mds = tmp_path / name
+    blend = "".join(
+        f"      - {{path: {root}, repetitions: {r}, subset: {{range: [{a}, {b}]}}}}\n" for r, a, b in entries
+    )
+    mds.write_text(
+        f"__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend_epochized:\n{blend}"
+    )
+    return str(mds)
+
+
+def test_blend_epochized_without_shuffling_is_energons(root, tmp_path):
+    # fractional repetitions take the first samples of one more pass, in the split's order
+    mds = _epochized(tmp_path, root, "none.yaml", [(0.7, 0, 10), (1.5, 10, 20)])
+    ours = pass_keys(ea, mds, None, parallel_shard_iters=1)
+    ref = pass_keys(energon, mds, None, parallel_shard_iters=1)
+    assert len(ours) == 7 + 10 + 5 and Counter(ours) == Counter(ref)
+
+
+@pytest.mark.parametrize("multiplier", [2, 3])
+def test_blend_epochized_repetitions_span_k_epochs(root, tmp_path, multiplier):
+    # each whole repetition of a source shuffled over k epochs holds every sample k times, as energon's
+    mds = _epochized(tmp_path, root, "k.yaml", [(1, 0, 10), (2, 10, 20)])
+    ours, ref = pass_keys(ea, mds, multiplier), pass_keys(energon, mds, multiplier)
+    assert Counter(ours) == Counter(ref)
+    assert len(ours) == multiplier * (10 + 2 * 10)
+    # a fractional repetition adds floor(frac * n) samples of one more k-epoch pass
+    frac = _epochized(tmp_path, root, "kfrac.yaml", [(1.5, 0, 10)])
+    assert (
+        len(pass_keys(ea, frac, multiplier))
+        == len(pass_keys(energon, frac, multiplier))
+        == multiplier * 10 + 5
+    )

@@ -28,6 +28,31 @@ def test_val_in_order_once(prepared_root):
     assert [k for b in loader for k in b.__key__] == keys  # a second pass starts over
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_leaving_after_the_last_batch_ends_the_pass_on_the_next_iteration(prepared_root, workers):
+    """As energon: a pass left after its last batch (zip, break) is ended by the next iteration, which yields
+    nothing, also when restored from a state saved at that point; only the iteration after starts a new pass."""
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+
+    def loader():
+        ds = ea.get_val_dataset(prepared_root, worker_config=wc, batch_size=3, task_encoder=RawTE())
+        return ea.get_savable_loader(ds)
+
+    first = loader()
+    n = len(first)
+    assert len([b for _, b in zip(range(n), first)]) == n  # zip stops before asking for the end
+    state = first.save_state_rank()
+    assert [len(list(first)) for _ in range(2)] == [0, n]
+    restored = loader()
+    restored.restore_state_rank(state)
+    assert [len(list(restored)) for _ in range(2)] == [0, n]
+    ended = loader()
+    list(ended)
+    after_end = loader()
+    after_end.restore_state_rank(ended.save_state_rank())
+    assert len(list(after_end)) == n  # a pass that reached its end: the restored loader starts a new one
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_val_sharded_across_ranks(prepared_root, world):
     per_rank = [

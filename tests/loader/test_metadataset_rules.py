@@ -129,7 +129,7 @@ def test_subset_composition_is_energons():
     absolute = parse_subset({"range": [10, "end"]}, "x")
     merged = merge_subset(absolute, half, "x")
     assert merged.bounds(110, "x") == (10, 60)
-    with pytest.raises(LoaderError, match="only allowed on a leaf"):
+    with pytest.raises(LoaderError, match="only allowed for a leaf dataset"):
         merge_subset(inner, absolute, "x")
     with pytest.raises(LoaderError, match="absolute end"):
         parse_subset({"range": [10, "50%"]}, "x")
@@ -268,3 +268,28 @@ def test_epochized_schedule_is_exact_per_epoch_and_rank_independent():
         halves = [s.slots(b, 0, 2), s.slots(b, 2, 4)]
         assert np.concatenate([h[0] for h in halves]).tolist() == whole[0].tolist()
         assert np.concatenate([h[1] for h in halves]).tolist() == whole[1].tolist()
+
+
+def test_epochized_schedule_many_sources_batch_of_one_and_k_epoch_passes():
+    """Three or more sources with batch size 1 (the apportioning is non-decreasing in the position), and passes of
+    sources shuffled over k epochs (pass_lengths): every slot of an epoch is a distinct position."""
+    import numpy as np
+
+    from energon_arrow.loader.epochized import EpochizedSchedule
+
+    s = EpochizedSchedule([10, 3, 3], [1.0, 2.0, 4.0], global_batch_size=1, seed=42)
+    slots = [s.slots(b, 0, 1) for b in range(2 * 28)]
+    owner = np.concatenate([o for o, _ in slots])
+    pos = np.concatenate([p for _, p in slots])
+    assert [np.bincount(owner[28 * e : 28 * (e + 1)], minlength=3).tolist() for e in range(2)] == [
+        [10, 6, 12]
+    ] * 2
+    assert len(set(zip(owner.tolist(), pos.tolist()))) == 2 * 28
+    k2 = EpochizedSchedule([4, 6], [1.5, 1.0], global_batch_size=3, seed=1, pass_lengths=[8, 6])
+    assert (
+        k2.epoch_length == 8 + 2 + 6
+    )  # a whole repetition of a k=2 source is 2 * 4 samples, the half is 4 // 2
+    slots = [k2.slots(b, 0, 3, 16) for b in range(6)]
+    owner = np.concatenate([o for o, _ in slots])
+    pos = np.concatenate([p for _, p in slots])
+    assert sorted(pos[owner == 0].tolist()) == [*range(8), 8, 9]  # pass 0 (8 positions), then 2 of pass 1

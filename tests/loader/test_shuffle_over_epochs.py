@@ -189,7 +189,23 @@ def test_metadataset_multiplier_errors(tmp_path, prepared_root):
         tmp_path,
         "epochized.yaml",
         f"  train:\n    blend_epochized:\n      - repetitions: 1\n        path: {prepared_root}\n"
+        "        shuffle_over_epochs_multiplier: -1\n",
+    )
+    with pytest.raises(LoaderError, match="whole repetition never ends"):  # energon's stream would not end
+        _pass_keys(epochized)
+
+
+def test_blend_epochized_passes_span_k_epochs(tmp_path, prepared_root):
+    epochized = _mds(
+        tmp_path,
+        "epochized.yaml",
+        f"  train:\n    blend_epochized:\n      - repetitions: 1.5\n        path: {prepared_root}\n"
         "        shuffle_over_epochs_multiplier: 2\n",
     )
-    with pytest.raises(LoaderError, match="not for blend_epochized"):
-        _pass_keys(epochized)
+    counts = Counter(_pass_keys(epochized))
+    assert (
+        sum(counts.values()) == 2 * N + N // 2
+    )  # a whole repetition is one pass over 2 epochs, + half a pass
+    assert set(counts.values()) <= {2, 3, 4}
+    ordered = Counter(_pass_keys(epochized, None))  # None wins: the split's order, the first half repeated
+    assert sorted(ordered.values()) == [1] * (N - N // 2) + [2] * (N // 2)

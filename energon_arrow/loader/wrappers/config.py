@@ -19,6 +19,19 @@ from energon_arrow.samples.decoders import PartDecoder
 _DEFAULT_DECODER = object()  # energon's default: SampleDecoder()
 
 
+def dataset_paths(source: SplitSource) -> list:
+    """energon's `factory.paths`: the dataset folder as an `EPath` (a JSONL dataset: its `.jsonl` file; a join:
+    each joined dataset's folder, in join order)."""
+    from energon_arrow.epathlib import EPath
+    from energon_arrow.loader.jsonl_source import JsonlBuilder
+
+    if source.builder is JsonlBuilder:
+        return [EPath(source.storage.url_of(source.shard_paths[0]))]
+    members = getattr(source.builder, "keywords", {}).get("members")  # a join's functools.partial
+    storages = [source.storage] + [member.storage for member, _rows in members or ()]
+    return [EPath(storage.url) for storage in storages]
+
+
 class WebdatasetFactory(BaseCoreDatasetFactory):
     """energon's dataset factory for one split: `len()` is the split's sample count over all ranks, `build()`
     the core dataset of the calling worker."""
@@ -47,16 +60,15 @@ class WebdatasetFactory(BaseCoreDatasetFactory):
         self.training = training
         self.worker_config = worker_config
         self.max_samples_per_sequence = max_samples_per_sequence
-        self.paths = [source.storage.url]
-        self.subflavors = dict(source.subflavors or {})
+        self.paths = dataset_paths(source)
+        # energon: the dataset.yaml's subflavors, updated with the metadataset's / caller's
+        self.subflavors = {**(source.config.subflavors or {}), **(source.subflavors or {})}
         self._decoder = decoder
         self._trust_remote_code = trust_remote_code
         self.__sample_type__ = self._builder().sample_cls
 
     def _builder(self) -> SampleBuilder:
-        src = self.source
-        builder = src.builder or SampleBuilder  # JSONL and joined sources carry their own builder
-        return builder(src.storage, src.config, self._decoder, self.subflavors, self._trust_remote_code)
+        return self.source.new_builder(self._decoder, self._trust_remote_code, self.subflavors)
 
     def __len__(self) -> int:
         return len(self.source)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.epathlib import EPath
 from energon_arrow.loader.errors import LoaderError
 from tests.loader.conftest import write_dataset_yaml
 from tests.loader.wrappers.conftest import VAL_KEYS, wc
@@ -114,7 +115,7 @@ def test_load_dataset_gives_energons_loader_classes(prepared_root, tmp_path):
     loader2, loader1 = ea.load_dataset(str(v2)), ea.load_dataset(v1)
     assert type(loader2) is ea.MetadatasetV2 and type(loader1) is ea.Metadataset
     assert isinstance(loader2, ea.DatasetLoaderInterface)
-    assert [r.path for r in loader2.traverse(split_part="train")] == [prepared_root]
+    assert [r.path for r in loader2.traverse(split_part="train")] == [EPath(prepared_root)]
     assert loader2.prepare() == []
     loaded = loader1.get_datasets(training=False, split_part="train", worker_config=wc(), decoder=None)
     assert [type(d.dataset) for d in loaded.datasets] == [ea.StandardWebdatasetFactory]
@@ -155,3 +156,26 @@ def test_user_factory_class_in_dataset_yaml_is_refused(dataset_copy):
     write_dataset_yaml(dataset_copy, "__module__: my_project.data\n__class__: MyFactory\n")
     with pytest.raises(ValueError, match="'MyFactory': user dataset factory classes .* are not supported"):
         ea.get_dataset_from_config(dataset_copy, split_part="val", worker_config=wc())
+
+
+def test_factory_paths_and_subflavors_are_energons(dataset_copy, tmp_path):
+    """`factory.paths` are EPaths and `factory.subflavors` the dataset.yaml's updated with the metadataset's."""
+    write_dataset_yaml(
+        dataset_copy,
+        "sample_type: {__module__: megatron.energon, __class__: CaptioningSample}\n"
+        "field_map: {image: jpg, caption: txt}\nsubflavors: {source: dataset.yaml, number: 42}\n",
+    )
+    mds = tmp_path / "m.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    path: {dataset_copy}\n    subflavors: {{number: 43, mds: outer}}\n"
+    )
+    (loaded,) = (
+        ea.load_dataset(mds)
+        .get_datasets(training=False, split_part="train", worker_config=wc(), decoder=None)
+        .datasets
+    )
+    assert loaded.dataset.paths == [EPath(dataset_copy)]
+    assert loaded.dataset.subflavors == {"source": "dataset.yaml", "number": 43, "mds": "outer"}
+    sample = next(iter(loaded.dataset.build()))
+    assert sample.__subflavors__ == loaded.dataset.subflavors
