@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 from typing import Any
 
 import numpy as np
@@ -55,10 +54,9 @@ def resolve_joiner(spec: dict, where: str) -> Any:
     module, name = str(spec.get("__module__", "megatron.energon")), str(spec["__class__"])
     if module == "megatron.energon" or module.startswith("megatron.energon."):
         return resolve_sample_type(name, module, where)
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise LoaderError(f"{where}: joiner {module}.{name} cannot be imported: {exc}") from None
+    from energon_arrow.samples.user_classes import import_named
+
+    return import_named(module, name, f"{where}: joiner")
 
 
 def _row_of(keys: pa.Array, src: SplitSource) -> np.ndarray:
