@@ -36,6 +36,22 @@ class EnergonDataset(BatchDataset):
 
     #: (timeout, initial timeout, fail_on_timeout) of the watchdog, set by the loader; timeout None: off
     watchdog: tuple = (None, None, False)
+    #: builds energon's savable pipeline with the same arguments (set by loader/energon_api.py); None: none
+    pipeline_recipe: Any = None
+    _pipeline: Any = None
+
+    def as_pipeline(self):
+        """energon's savable pipeline (loader/wrappers/) built with this dataset's arguments, for energon's
+        wrappers (BlendDataset, MixBatchDataset, ...) to compose: built once, on first use; unwrapped, this
+        dataset keeps its own fast loader."""
+        if self._pipeline is None:
+            if self.pipeline_recipe is None:
+                raise LoaderError(
+                    "this dataset cannot be wrapped in energon's wrapper datasets (no pipeline equivalent); build "
+                    "it with get_train_dataset / get_val_dataset"
+                )
+            self._pipeline = self.pipeline_recipe()
+        return self._pipeline
 
     def __iter__(self):
         timeout, initial, fail = self.watchdog
