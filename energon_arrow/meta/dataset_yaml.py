@@ -8,7 +8,11 @@ Three shapes (energon 7.4.1), each also in energon's class style (`__module__: m
                    part_filter: "sample_loader.py:part_filter"}` (code next to the yaml)
 - crude:         `{__module__: megatron.energon, __class__: CrudeWebdataset}` (+ optional subflavors, part_filter)
 
-API: `DatasetYaml` (fields `sample_type`, `field_map`, `sample_loader`, `part_filter`, `subflavors`, `crude`),
+Other top-level keys: energon's factory arguments (`FACTORY_KEYS`, kept in `DatasetYaml.factory_args`; the loader
+applies or refuses each, loader/energon_args.py); any other key is a MetaError naming file, line and key.
+
+API: `DatasetYaml` (fields `sample_type`, `field_map`, `sample_loader`, `part_filter`, `subflavors`, `crude`,
+`factory_args`, `where`, `key_lines`; `locate(key)` -> "file:line: key"),
 `parse_dataset_yaml(text, where)`, `read_dataset_yaml(storage, name="dataset.yaml")`, `dataset_yaml_bytes(d)`,
 `field_map_dataset(type, field_map)`, `sample_loader_dataset(type)`, `crude_dataset()`,
 `check_sample_type(name)`, `parse_field_map(json_text)`, `field_map_parts(field_map)` (part names a field map
