@@ -19,11 +19,17 @@ def open_split_jobs(path, splits, dataset_config, split_config, trust_remote_cod
     """(split, source, builder) for each non-empty split, plus the names of the empty ones."""
     from energon_arrow.adapters import open_storage
     from energon_arrow.loader.builder import SampleBuilder
+    from energon_arrow.loader.energon_args import yaml_split_args
     from energon_arrow.loader.source import open_split
+    from energon_arrow.meta import read_dataset_yaml
     from energon_arrow.query import open_dataset
     from energon_arrow.samples.decoders import PartDecoder
 
     storage = open_storage(path, options)
+    # the split file the dataset.yaml names wins over --split-config, as in energon (open_split applies it too)
+    split_config = yaml_split_args(read_dataset_yaml(storage, dataset_config)).get(
+        "split_config", split_config
+    )
     with open_dataset(storage, split_config=split_config) as ds:  # checks the shards against the index
         known = set(ds.split_names)
         if not ds.energon_index:

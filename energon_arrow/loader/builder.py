@@ -57,7 +57,9 @@ class SampleBuilder:
         subflavors: dict | None = None,
         trust_remote_code: bool = False,
     ):
-        self.where = storage.url_of(DATASET_YAML)
+        self.where = (
+            config.where if config.key_lines else storage.url_of(DATASET_YAML)
+        )  # the file it was read from
         self.dataset_path = storage.url
         self.decoder = decoder
         self.subflavors = {**(config.subflavors or {}), **(subflavors or {})}  # energon: {} when none
@@ -68,7 +70,8 @@ class SampleBuilder:
             self.sample_cls = CrudeSample
             self.part_filter = _crude_part_filter(config.part_filter, self.where)
         else:
-            self.sample_cls = resolve_sample_type(config.sample_type, config.sample_type_module, self.where)
+            where = config.locate("sample_type") if config.key_lines else self.where
+            self.sample_cls = resolve_sample_type(config.sample_type, config.sample_type_module, where)
             if config.sample_loader:
                 self.sample_loader = load_dataset_code(
                     storage, config.sample_loader, trust_remote_code, self.where

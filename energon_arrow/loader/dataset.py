@@ -59,9 +59,14 @@ class LoaderSettings:
     )
     #: batches read ahead in a thread; default 2 on object stores without local_cache, else 0
     read_ahead: int | None = None
+    #: validation as energon (worker_slices.py): the workers per rank whose slices decide the batches; None: the
+    #: worker-count-invariant global batches
+    slice_workers: int | None = None
 
     def fingerprint(self) -> dict:
         extra = {"shuffle_over_epochs": self.shuffle_over_epochs} if self.shuffle_over_epochs != 1 else {}
+        if self.slice_workers is not None:
+            extra["slice_workers"] = self.slice_workers
         if self.source_over_epochs is not None and any(m != 1 for m in self.source_over_epochs):
             extra["source_over_epochs"] = list(self.source_over_epochs)
         return extra | {
@@ -160,10 +165,22 @@ class BatchDataset(torch.utils.data.IterableDataset):
 
     # ---- plan --------------------------------------------------------------------------------------------
     def total_batches(self) -> int | None:
-        """Global batches in the stream (None when it repeats forever)."""
+        """Global batches in the stream (None when it repeats forever); with a rank's own schedule
+        (worker_slices.py, validation as energon) that rank's batches."""
         if self.limit is None:
             return None
+        own = getattr(self.schedule, "rank_batches", None)
+        if own is not None:
+            return own
         return -(-self.limit // self.settings.global_batch_size)
+
+    def rank_length(self) -> int | None:
+        """Batches this rank yields in one finite pass (None when the stream repeats forever)."""
+        total = self.total_batches()
+        if total is None or getattr(self.schedule, "rank_batches", None) is not None:
+            return total
+        first = self.rank * self.local_batch_size
+        return max(0, -(-(self.limit - first) // self.settings.global_batch_size))
 
     def _caches(self) -> list[EpochCache]:
         s = self.settings

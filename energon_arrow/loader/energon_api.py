@@ -162,6 +162,7 @@ def get_train_dataset(
             blend_mode=loaded.blend_mode,
             repeat=repeat,
         )
+    pipeline_kwargs = dict(kwargs)
     kwargs["packing_buffer_size"] = packing_buffer_size
     req = _Request(task_encoder, kwargs, "get_train_dataset")
     opened = req.sources(path, split_part)
@@ -173,7 +174,7 @@ def get_train_dataset(
         shuffle_over_epochs=shuffle_over_epochs_multiplier,
         source_over_epochs=tuple(opened.multipliers) if opened.multipliers else None,
     )
-    return req.build(
+    ds = req.build(
         opened.sources,
         settings,
         mode="train",
@@ -183,6 +184,34 @@ def get_train_dataset(
         virtual_epoch_length=virtual_epoch_length,
         **opened.dataset_arguments(training=True, repeat=repeat),
     )
+    te = req.te
+
+    def pipeline():
+        loaded = _loaded_datasets(
+            te,
+            path,
+            dict(pipeline_kwargs),
+            "get_train_dataset",
+            training=True,
+            split_part=split_part,
+            worker_config=worker_config,
+            max_samples_per_sequence=max_samples_per_sequence,
+            shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
+        )
+        return te.build_train_datasets(
+            datasets=loaded.datasets,
+            worker_config=worker_config,
+            batch_size=batch_size,
+            batch_drop_last=batch_drop_last,
+            packing_buffer_size=packing_buffer_size,
+            virtual_epoch_length=virtual_epoch_length,
+            shuffle_buffer_size=shuffle_buffer_size,
+            blend_mode=loaded.blend_mode,
+            repeat=repeat,
+        )
+
+    ds.pipeline_recipe = pipeline
+    return ds
 
 
 def _val(req: _Request, sources, worker_config, batch_size, batch_drop_last, limit) -> EnergonDataset:
@@ -230,10 +259,34 @@ def get_val_dataset(
             packing_buffer_size=packing_buffer_size,
             limit=limit,
         )
+    pipeline_kwargs = dict(kwargs)
     kwargs["packing_buffer_size"] = packing_buffer_size
     req = _Request(task_encoder, kwargs, "get_val_dataset")
     sources = req.sources(path, split_part).sources
-    return _val(req, sources, worker_config, batch_size, batch_drop_last, limit)
+    ds = _val(req, sources, worker_config, batch_size, batch_drop_last, limit)
+    te = req.te
+
+    def pipeline():
+        loaded = _loaded_datasets(
+            te,
+            path,
+            dict(pipeline_kwargs),
+            "get_val_dataset",
+            training=False,
+            split_part=split_part,
+            worker_config=worker_config,
+        )
+        return te.build_val_datasets(
+            datasets=loaded.datasets,
+            worker_config=worker_config,
+            batch_size=batch_size,
+            batch_drop_last=batch_drop_last,
+            packing_buffer_size=packing_buffer_size,
+            limit=limit,
+        )
+
+    ds.pipeline_recipe = pipeline
+    return ds
 
 
 def get_val_datasets(

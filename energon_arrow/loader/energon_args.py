@@ -5,6 +5,8 @@
   `gc_collect_every_n_steps`;
 - `dataset_config` / `split_config` (`config_files`): other `.nv-meta` file names of a prepared dataset, as energon
   reads them (for a metadataset they belong in its YAML, per dataset);
+- a dataset.yaml's own factory arguments (`yaml_split_args`): `split_config` / `split_part` applied (they win
+  over the caller's, as in energon), `parallel_shard_iters` no effect, the others refused naming file, line, key;
 - refused with a LoaderError naming the argument when set to a value that would change results and that is not
   implemented: `subset=` (use a metadataset's `subset:`);
 - energon's deprecated decoder arguments (`auto_decode`, `image_decode`, `av_decode`, `video_decode_audio`)
@@ -30,6 +32,39 @@ NO_EFFECT = {
 }
 DEFAULT_CONFIG_FILES = {"dataset_config": "dataset.yaml", "split_config": "split.yaml"}
 DECODER_KWARGS = ("image_decode", "av_decode", "video_decode_audio")
+
+
+# dataset.yaml factory arguments refused here, and what to do instead
+_YAML_REFUSED = {
+    "shuffle_over_epochs": "pass shuffle_over_epochs_multiplier to get_train_dataset",
+    "max_samples_per_sequence": "pass max_samples_per_sequence to get_train_dataset",
+    "subset": "give the subset in a metadataset (subset:)",
+    "training": "it is decided by get_train_dataset / get_val_dataset",
+    "decoder": "set the task encoder's decoder",
+    "path": "the dataset is the folder of the .nv-meta holding this file",
+    "worker_config": "pass worker_config to the loading function",
+}
+
+
+def yaml_split_args(config) -> dict:
+    """The `split_config` / `split_part` a dataset.yaml (`DatasetYaml`) names (they win over the caller's, as in
+    energon); its other energon factory arguments are refused (LoaderError naming file, line and key), except
+    `parallel_shard_iters` (no effect, NO_EFFECT)."""
+    out = {}
+    for key, value in config.factory_args.items():
+        if key in ("split_config", "split_part"):
+            if not isinstance(value, str) or not value:
+                raise LoaderError(f"{config.locate(key)}: expected a file name / split name, got {value!r}")
+            if key == "split_config" and (value.startswith("/") or ".." in value.split("/")):
+                raise LoaderError(
+                    f"{config.locate(key)}: {value!r} must name a file under the .nv-meta folder"
+                )
+            out[key] = value
+        elif key not in NO_EFFECT:
+            raise LoaderError(
+                f"{config.locate(key)}: not supported in a dataset.yaml by energon_arrow; {_YAML_REFUSED[key]}"
+            )
+    return out
 
 
 def refuse_unknown(kwargs: dict, function: str) -> None:

@@ -22,6 +22,7 @@ from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.watchdog import Watchdog
 from energon_arrow.loader.worker_config import WorkerConfig
 from energon_arrow.loader.worker_send import sendable
+from energon_arrow.loader.worker_slices import WorkerSliceSchedule
 from energon_arrow.samples.decoders import PartDecoder
 
 
@@ -40,6 +41,22 @@ class EnergonDataset(BatchDataset):
 
     #: (timeout, initial timeout, fail_on_timeout) of the watchdog, set by the loader; timeout None: off
     watchdog: tuple = (None, None, False)
+    #: builds energon's savable pipeline with the same arguments (set by loader/energon_api.py); None: none
+    pipeline_recipe: Any = None
+    _pipeline: Any = None
+
+    def as_pipeline(self):
+        """energon's savable pipeline (loader/wrappers/) built with this dataset's arguments, for energon's
+        wrappers (BlendDataset, MixBatchDataset, ...) to compose: built once, on first use; unwrapped, this
+        dataset keeps its own fast loader."""
+        if self._pipeline is None:
+            if self.pipeline_recipe is None:
+                raise LoaderError(
+                    "this dataset cannot be wrapped in energon's wrapper datasets (no pipeline equivalent); build "
+                    "it with get_train_dataset / get_val_dataset"
+                )
+            self._pipeline = self.pipeline_recipe()
+        return self._pipeline
 
     def __iter__(self):
         timeout, initial, fail = self.watchdog
@@ -73,8 +90,7 @@ class EnergonDataset(BatchDataset):
         h = self.hooks
         if self.limit is None or h.group_fn is not None or h.generates or h.packing:
             return self.energon_len
-        g = self.settings.global_batch_size
-        n = max(0, -(-(self.limit - self.rank * self.local_batch_size) // g))
+        n = self.rank_length()
         return n if self.batch_limit is None else min(n, self.batch_limit)
 
     def encoded_chunk(self, b: int) -> list:
@@ -172,6 +188,17 @@ def build_dataset(
     ds.worker_config, ds.mode = worker_config, mode
     ds.batch_size, ds.batch_drop_last = batch_size, batch_drop_last
     ds.batch_limit = limit if limit is not None and limit > 0 else None
+    if mode == "val":  # energon's order: per-worker slices, batched per worker (loader/worker_slices.py)
+        ds.schedule = WorkerSliceSchedule(
+            [len(s) for s in sources],
+            chunk,
+            worker_config.rank,
+            worker_config.world_size,
+            worker_config.num_workers,
+            drop_last=ds.settings.drop_last,
+            limit=None if stream else ds.batch_limit,
+        )
+        ds.settings.slice_workers = max(1, worker_config.num_workers)
     ds.virtual_epoch_length = virtual_epoch_length
     ds.energon_len = energon_length(
         [len(s) for s in sources],

@@ -31,10 +31,11 @@ def bit_reversal_order(n: int) -> list[int]:
     return order(list(range(n)))
 
 
-def worker_sample_counts(
+def worker_ranges(
     total: int, rank: int, world_size: int, num_workers: int, rotation_offset: int = 0
-) -> list[int]:
-    """Samples of a `total`-sample dataset that each worker of `rank` iterates (energon's sharder split)."""
+) -> list[tuple[int, int]]:
+    """[start, end) of the samples of a `total`-sample dataset that each worker of `rank` iterates (energon's
+    sharder: contiguous slices in global worker order, their sizes permuted by the bit-reversal order)."""
     per_rank = max(1, num_workers)
     global_workers = per_rank * world_size
     base, extra = divmod(int(total), global_workers)
@@ -44,7 +45,22 @@ def worker_sample_counts(
     counts = [0] * global_workers
     for old, new in enumerate(bit_reversal_order(global_workers)):
         counts[new] = linear[old]
-    return counts[rank * per_rank : (rank + 1) * per_rank]
+    first = rank * per_rank
+    start = sum(counts[:first])
+    out = []
+    for n in counts[first : first + per_rank]:
+        out.append((start, start + n))
+        start += n
+    return out
+
+
+def worker_sample_counts(
+    total: int, rank: int, world_size: int, num_workers: int, rotation_offset: int = 0
+) -> list[int]:
+    """Samples of a `total`-sample dataset that each worker of `rank` iterates (energon's sharder split)."""
+    return [
+        end - start for start, end in worker_ranges(total, rank, world_size, num_workers, rotation_offset)
+    ]
 
 
 def rotation_offsets(sizes: Sequence[int], world_size: int, num_workers: int) -> list[int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 from typing import Any
 
 import numpy as np
@@ -62,14 +61,14 @@ def resolve_joiner(spec: dict, where: str) -> Any:
     name = str(spec[kind])
     if kind == "__class__" and (module == "megatron.energon" or module.startswith("megatron.energon.")):
         return resolve_sample_type(name, module, where)
+    from energon_arrow.samples.user_classes import import_named, module_exists
+
     try:
-        found = getattr(importlib.import_module(module), name)
-    except ModuleNotFoundError as exc:
-        if kind == "__class__" and name in SAMPLE_TYPES:
+        found = import_named(module, name, f"{where}: joiner")
+    except LoaderError:
+        if kind == "__class__" and name in SAMPLE_TYPES and not module_exists(module):
             return SAMPLE_TYPES[name]
-        raise LoaderError(f"{where}: joiner {module}.{name} cannot be imported: {exc}") from None
-    except (ImportError, AttributeError) as exc:
-        raise LoaderError(f"{where}: joiner {module}.{name} cannot be imported: {exc}") from None
+        raise
     if not callable(found):
         raise LoaderError(f"{where}: joiner {module}.{name} is not a class or function, got {found!r}")
     return found

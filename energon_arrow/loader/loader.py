@@ -83,12 +83,10 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches this rank yields in one whole pass (finite streams only)."""
-        total = self.dataset.total_batches()
-        if total is None:
+        n = self.dataset.rank_length()
+        if n is None:
             raise TypeError("an endless (repeat=True) loader has no length")
-        g, limit = self.dataset.settings.global_batch_size, self.dataset.limit
-        first = self.dataset.rank * self.dataset.local_batch_size
-        return max(0, -(-(limit - first) // g))
+        return n
 
     def _batches(self) -> Iterator[Any]:
         total = self.dataset.total_batches()

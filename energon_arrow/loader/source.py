@@ -179,10 +179,12 @@ def open_split(
     verify: bool = True,
 ) -> SplitSource:
     """The effective sample table of `split` (exclusions applied, shards checked against the index) and the
-    dataset.yaml of a prepared dataset, local or on S3.
+    dataset.yaml of a prepared dataset, local or on S3. A `split_config` / `split_part` named in the dataset.yaml
+    wins over the arguments (energon's rule); its other energon factory keys: loader/energon_args.py.
 
     Reads O(shards + excluded samples): the shards table, split.yaml and the memory-mapped row index (built once
     per dataset, loader/row_index.py); the split is a list of row runs whose columns are read per batch."""
+    from energon_arrow.loader.energon_args import yaml_split_args
     from energon_arrow.meta import read_dataset_yaml
     from energon_arrow.meta.info import read_info
     from energon_arrow.meta.split import read_split
@@ -202,6 +204,9 @@ def open_split(
         check = ShardCheck(storage, shards)
     elif verify:  # object stores: one listing has every shard's size and ETag
         verify_shards(storage, shards, paths)
+    dataset = read_dataset_yaml(storage, dataset_yaml)
+    named = yaml_split_args(dataset)  # the dataset.yaml's split_config / split_part win, as in energon
+    split_config, split = named.get("split_config", split_config), named.get("split_part", split)
     config = read_split(storage, split_config).expanded()  # once: split_tables looks at it three times
     if split not in config.split_parts:
         raise QueryError(
@@ -221,7 +226,7 @@ def open_split(
     del side
     _trim_heap()
     src = mapped_source(
-        storage, paths, index, rowmap, read_dataset_yaml(storage, dataset_yaml), subflavors,
+        storage, paths, index, rowmap, dataset, subflavors,
         f"{storage.url} split {split!r}",
     )  # fmt: skip
     src.shard_check = check

@@ -8,7 +8,11 @@ Three shapes (energon 7.4.1), each also in energon's class style (`__module__: m
                    part_filter: "sample_loader.py:part_filter"}` (code next to the yaml)
 - crude:         `{__module__: megatron.energon, __class__: CrudeWebdataset}` (+ optional subflavors, part_filter)
 
-API: `DatasetYaml` (fields `sample_type`, `field_map`, `sample_loader`, `part_filter`, `subflavors`, `crude`),
+Other top-level keys: energon's factory arguments (`FACTORY_KEYS`, kept in `DatasetYaml.factory_args`; the loader
+applies or refuses each, loader/energon_args.py); any other key is a MetaError naming file, line and key.
+
+API: `DatasetYaml` (fields `sample_type`, `field_map`, `sample_loader`, `part_filter`, `subflavors`, `crude`,
+`factory_args`, `where`, `key_lines`; `locate(key)` -> "file:line: key"),
 `parse_dataset_yaml(text, where)`, `read_dataset_yaml(storage, name="dataset.yaml")`, `dataset_yaml_bytes(d)`,
 `field_map_dataset(type, field_map)`, `sample_loader_dataset(type)`, `crude_dataset()`,
 `check_sample_type(name)`, `parse_field_map(json_text)`, `field_map_parts(field_map)` (part names a field map
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from energon_arrow.meta._yaml import dump_yaml, parse_yaml
+from energon_arrow.meta._yaml import dump_yaml, parse_yaml_tracked
 from energon_arrow.meta.constants import DATASET_YAML, META_DIR
 from energon_arrow.meta.errors import MetaError
 from energon_arrow.meta.sample_types import ALL_TYPE_NAMES, CRUDE, SAMPLE_TYPES
@@ -40,10 +44,29 @@ class DatasetYaml:
     part_filter: str | list[str] | None = None
     subflavors: dict | None = None
     crude: bool = False
-    extra: dict = field(default_factory=dict)  # other keys, kept verbatim when rewriting
+    #: energon's dataset-factory arguments given in the yaml (FACTORY_KEYS; the loader applies or refuses each)
+    factory_args: dict = field(default_factory=dict)
     dataset_class: str | None = (
         None  # class-style dataset.yaml: `__class__: TextWebdataset` (kept when rewriting)
     )
+    where: str = field(default=DATASET_YAML, compare=False)  # the file, for messages
+    key_lines: dict = field(default_factory=dict, compare=False, repr=False)  # top-level key -> 1-based line
+
+    def locate(self, key: str) -> str:
+        """`file:line: key` of a top-level key, for error messages."""
+        line = self.key_lines.get(key)
+        return f"{self.where}:{line}: {key}" if line else f"{self.where}: {key}"
+
+
+#: energon's dataset-factory arguments (StandardWebdatasetFactory / CrudeWebdataset constructors) that a
+#: dataset.yaml may give besides the sample description; as in energon, the yaml's value wins over the caller's.
+FACTORY_KEYS = frozenset(
+    {
+        "split_config", "split_part", "shuffle_over_epochs", "parallel_shard_iters", "max_samples_per_sequence",
+        "subset", "training", "decoder", "path", "worker_config",
+    }
+)  # fmt: skip
+_SAMPLE_KEYS = ("sample_type", "field_map", "sample_loader", "part_filter", "subflavors")
 
 
 def check_sample_type(name: str) -> str:
@@ -144,17 +167,36 @@ def _dataset_class(raw: dict, where: str) -> str | None:
     raise MetaError(f"{where}: unknown dataset __class__ {cls!r}; known: {', '.join(known)}")
 
 
+def _check_keys(raw: dict, crude: bool, where: str, lines: dict) -> None:
+    """Every top-level key must be one energon's dataset classes take (a crude dataset: no sample keys)."""
+    allowed = FACTORY_KEYS | {"part_filter", "subflavors"} | (set() if crude else set(_SAMPLE_KEYS))
+    for key in raw:
+        if key in allowed:
+            continue
+        at = f"{where}:{lines[key]}" if key in lines else where
+        if crude and key in _SAMPLE_KEYS:
+            raise MetaError(f"{at}: {key}: CrudeWebdataset takes no {key} (samples go to a cooker)")
+        raise MetaError(
+            f"{at}: unknown key {key!r}; a dataset.yaml takes {', '.join(sorted(allowed))} "
+            "(and __module__ / __class__)"
+        )
+
+
 def parse_dataset_yaml(text: str, where: str = DATASET_YAML) -> DatasetYaml:
-    raw = parse_yaml(text, where)
+    raw = parse_yaml_tracked(text, where)
     if not isinstance(raw, dict):
         raise MetaError(f"{where}: expected a mapping")
+    lines = dict(getattr(raw, "key_lines", {}))
     raw = dict(raw)
-    if raw.get("__class__") == CRUDE:
+    crude = raw.get("__class__") == CRUDE
+    if crude:
         raw.pop("__module__", None)
         raw.pop("__class__")
+        _check_keys(raw, True, where, lines)
         out = DatasetYaml(crude=True)
     else:
         dataset_class = _dataset_class(raw, where)
+        _check_keys(raw, False, where, lines)
         st = raw.pop("sample_type", None)
         if dataset_class in _FACTORIES or dataset_class is None:
             if not isinstance(st, dict) or "__class__" not in st:
@@ -163,6 +205,9 @@ def parse_dataset_yaml(text: str, where: str = DATASET_YAML) -> DatasetYaml:
             raise MetaError(f"{where}: {dataset_class} fixes the sample type; remove 'sample_type'")
         else:  # class style: `__class__: CaptioningWebdataset` loads CaptioningSample
             st = {"__module__": ENERGON_MODULE, "__class__": _CLASS_SAMPLE[dataset_class]}
+        unknown = sorted(set(st) - {"__module__", "__class__"})
+        if unknown:
+            raise MetaError(f"{where}:{lines.get('sample_type', '?')}: sample_type: unknown key(s) {unknown}")
         out = DatasetYaml(sample_type=str(st["__class__"]), sample_type_module=str(st.get("__module__", "")))
         out.dataset_class = dataset_class
         fm = raw.pop("field_map", None)
@@ -172,9 +217,15 @@ def parse_dataset_yaml(text: str, where: str = DATASET_YAML) -> DatasetYaml:
         out.sample_loader = raw.pop("sample_loader", None)
         if out.field_map is None and out.sample_loader is None:
             raise MetaError(f"{where}: needs a 'field_map' or a 'sample_loader'")
+        if out.field_map is not None and out.sample_loader is not None:
+            raise MetaError(
+                f"{where}:{lines.get('sample_loader', '?')}: sample_loader: give a 'field_map' or a "
+                "'sample_loader', not both"
+            )
     out.part_filter = raw.pop("part_filter", None)
     out.subflavors = raw.pop("subflavors", None)
-    out.extra = raw
+    out.factory_args = raw  # only FACTORY_KEYS are left (checked above)
+    out.where, out.key_lines = where, lines
     return out
 
 
@@ -198,7 +249,7 @@ def dataset_yaml_bytes(d: DatasetYaml) -> bytes:
         obj["part_filter"] = d.part_filter
     if d.subflavors is not None:
         obj["subflavors"] = d.subflavors
-    obj.update(d.extra)
+    obj.update(d.factory_args)
     return dump_yaml(obj)
 
 

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 from energon_arrow.adapters import NotFound
-from energon_arrow.meta._yaml import dump_yaml, parse_json, parse_yaml
+from energon_arrow.meta._yaml import dump_yaml, parse_json, parse_yaml, parse_yaml_tracked
 from energon_arrow.meta.braces import check_all, collapse_names, expand_all, expand_braces
 from energon_arrow.meta.constants import META_DIR, SPLIT_YAML
 from energon_arrow.meta.errors import MetaError
@@ -85,9 +85,11 @@ def parse_split(text: str, where: str = SPLIT_YAML, json_format: bool = False) -
         raw = parse_json(text, where) if json_format else parse_yaml(text, where)
     if not isinstance(raw, dict) or "split_parts" not in raw:
         raise MetaError(f"{where}: expected a mapping with 'split_parts'")
-    unknown = set(raw) - {"split_parts", "exclude"}
+    unknown = [k for k in raw if k not in ("split_parts", "exclude")]
     if unknown:
-        raise MetaError(f"{where}: unknown keys {sorted(unknown)} (expected split_parts, exclude)")
+        lines = {} if json_format else getattr(parse_yaml_tracked(text, where), "key_lines", {})
+        at = f"{where}:{lines[unknown[0]]}" if unknown[0] in lines else where
+        raise MetaError(f"{at}: unknown key {unknown[0]!r} (a split config takes split_parts, exclude)")
     parts = raw["split_parts"]
     if not isinstance(parts, dict):
         raise MetaError(f"{where}: 'split_parts' must map split names to lists of shards")

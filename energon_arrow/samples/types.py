@@ -149,16 +149,28 @@ _KNOWN_MODULES = ("megatron.energon", "energon_arrow", "energon_arrow.samples")
 
 
 def resolve_sample_type(name: str, module: str = "megatron.energon", where: str = "dataset.yaml") -> type:
-    """The sample class for a dataset.yaml `sample_type` (`__module__` + `__class__`)."""
-    if module not in _KNOWN_MODULES and not str(module).startswith("megatron.energon."):
-        raise LoaderError(
-            f"{where}: unknown sample type {module}.{name}; known: megatron.energon's {sorted(SAMPLE_TYPES)}"
-        )
+    """The sample class for a dataset.yaml `sample_type` (`__module__` + `__class__`): energon's built-in types
+    by name, or a user's own `Sample` dataclass imported from its module (samples/user_classes.py; as in energon,
+    a module that is not found falls back to the built-in type of that name)."""
     if name == "CrudeWebdataset":
         return CrudeSample
-    if name not in SAMPLE_TYPES:
-        raise LoaderError(f"{where}: unknown sample type {name!r}; known: {sorted(SAMPLE_TYPES)}")
-    return SAMPLE_TYPES[name]
+    if module in _KNOWN_MODULES or str(module).startswith("megatron.energon."):
+        if name not in SAMPLE_TYPES:
+            raise LoaderError(f"{where}: unknown sample type {name!r}; known: {sorted(SAMPLE_TYPES)}")
+        return SAMPLE_TYPES[name]
+    from energon_arrow.samples.user_classes import import_named, module_exists
+
+    try:
+        cls = import_named(module, name, where)
+    except LoaderError:
+        if name in SAMPLE_TYPES and not module_exists(module):
+            return SAMPLE_TYPES[name]  # energon's fallback for a module that does not exist
+        raise
+    if not (isinstance(cls, type) and issubclass(cls, Sample) and dataclasses.is_dataclass(cls)):
+        raise LoaderError(
+            f"{where}: {module}.{name} is not a sample type (a dataclass subclass of energon's Sample), got {cls!r}"
+        )
+    return cls
 
 
 def sample_fields(cls: type) -> list[str]:

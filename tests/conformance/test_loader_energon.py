@@ -88,3 +88,32 @@ def test_decoded_text_same(root, tmp_path):
     ref = _batches(energon, copy, "val", decoded=True)
     assert type(ours[0]).__name__ == type(ref[0]).__name__ == "TextSample"
     assert [b.text for b in ours] == [b.text for b in ref]
+
+
+def _val_keys(mod, path, rank, world, workers, batch, limit, drop_last):
+    class TE(mod.DefaultTaskEncoder):
+        decoder = None
+
+    wc = mod.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
+    ds = mod.get_val_dataset(
+        path,
+        split_part="train",
+        worker_config=wc,
+        batch_size=batch,
+        batch_drop_last=drop_last,
+        limit=limit,
+        task_encoder=TE(),
+    )
+    loader = mod.get_loader(ds)
+    return len(ds), len(loader), [list(b.__key__) for b in loader]
+
+
+@pytest.mark.parametrize(
+    "rank,world,workers,batch,limit,drop_last",
+    [(0, 1, 4, 7, None, False), (1, 2, 2, 5, None, True), (2, 3, 0, 4, None, False), (0, 1, 3, 2, 5, False)],
+)
+def test_val_batches_per_worker_as_energon(root, rank, world, workers, batch, limit, drop_last):
+    """With several workers or ranks, each worker batches its own slice and the batches come round robin:
+    the same batches, in the same order, and the same len() as energon."""
+    args = (root, rank, world, workers, batch, limit, drop_last)
+    assert _val_keys(ea, *args) == _val_keys(energon, *args)

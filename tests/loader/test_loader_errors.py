@@ -105,7 +105,7 @@ def test_unknown_sample_type(dataset_copy):
         dataset_copy,
         "sample_type: {__module__: megatron.energon, __class__: FancySample}\nfield_map: {image: jpg}\n",
     )
-    with pytest.raises(LoaderError, match=r"dataset.yaml: unknown sample type 'FancySample'"):
+    with pytest.raises(LoaderError, match=r"dataset.yaml:1: sample_type: unknown sample type .FancySample."):
         first_batch(dataset_copy)
 
 

@@ -21,7 +21,7 @@ def _val(root, rank=0, world=1, workers=0, batch=3, **kw):
 
 
 def test_val_in_order_once(prepared_root):
-    loader = _val(prepared_root, workers=2)
+    loader = _val(prepared_root, workers=0)
     keys = [k for b in loader for k in b.__key__]
     assert keys == [f"000003_{i:06d}" for i in range(PER_SHARD)]
     assert len(loader) == -(-PER_SHARD // 3)
@@ -51,6 +51,16 @@ def test_leaving_after_the_last_batch_ends_the_pass_on_the_next_iteration(prepar
     after_end = loader()
     after_end.restore_state_rank(ended.save_state_rank())
     assert len(list(after_end)) == n  # a pass that reached its end: the restored loader starts a new one
+
+
+def test_val_workers_batch_their_own_slices_round_robin(prepared_root):
+    """energon's order: worker 0 has samples 0-19, worker 1 20-39; batches of 3 per worker, one from each in
+    turn; the last batch of each worker is partial (tests/conformance/test_loader_energon.py compares)."""
+    loader = _val(prepared_root, workers=2)
+    batches = [[int(k[-6:]) for k in b.__key__] for b in loader]
+    assert len(loader) == len(batches) == 2 * 7
+    assert batches[:3] == [[0, 1, 2], [20, 21, 22], [3, 4, 5]] and batches[-2:] == [[18, 19], [38, 39]]
+    assert sorted(i for b in batches for i in b) == list(range(PER_SHARD))
 
 
 @pytest.mark.parametrize("world", [2, 3])

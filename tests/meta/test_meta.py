@@ -115,8 +115,8 @@ def test_split_yaml_expansion_and_excludes(local_root):
     assert cfg.shards("test") == []
     with pytest.raises(MetaError, match="not in split config"):
         cfg.shards("nope")
-    with pytest.raises(MetaError, match="unknown keys"):
-        parse_split("split_parts: {}\nextra: 1\n")
+    with pytest.raises(MetaError, match=r"split\.yaml:2: unknown key 'excludes' \(a split config takes"):
+        parse_split("split_parts: {}\nexcludes: [a.tar]\n", "split.yaml")
 
 
 def test_split_yaml_bytes_layout():

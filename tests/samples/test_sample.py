@@ -152,8 +152,14 @@ def test_resolve_sample_type():
     assert resolve_sample_type("CrudeWebdataset") is ea.CrudeSample
     with pytest.raises(LoaderError, match="unknown sample type 'Nope'"):
         resolve_sample_type("Nope")
-    with pytest.raises(LoaderError, match="unknown sample type my.mod.TextSample"):
-        resolve_sample_type("TextSample", "my.mod")
+    # energon's fallback: a module that does not exist, naming a built-in type, gives the built-in type
+    assert resolve_sample_type("TextSample", "no_such_mod.sub") is ea.TextSample
+    with pytest.raises(LoaderError, match=r"ds\.yaml:3: sample_type: cannot import module 'no_such_mod'"):
+        resolve_sample_type("MySample", "no_such_mod", "ds.yaml:3: sample_type")
+    with pytest.raises(LoaderError, match="module 'json' .* defines no 'MySample'"):
+        resolve_sample_type("MySample", "json", "ds.yaml")
+    with pytest.raises(LoaderError, match="json.JSONDecoder is not a sample type"):
+        resolve_sample_type("JSONDecoder", "json", "ds.yaml")
 
 
 def test_samples_and_decoders_pickle():

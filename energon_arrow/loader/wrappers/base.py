@@ -265,12 +265,21 @@ class SavableDataset(torch.utils.data.IterableDataset[T_sample], ABC, Generic[T_
         return function_config(fn)
 
 
+def as_savable(dataset: Any) -> Any:
+    """`dataset` itself, or for a dataset of `get_train_dataset` / `get_val_dataset` (loader/energon_dataset.py)
+    energon's savable pipeline with the same arguments, so energon's wrappers compose it."""
+    if isinstance(dataset, SavableDataset) or not hasattr(dataset, "as_pipeline"):
+        return dataset
+    return dataset.as_pipeline()
+
+
 class BaseWrapperDataset(SavableDataset[T_sample_out], ABC, Generic[T_sample_in, T_sample_out]):
     """A dataset wrapping one or more savable datasets; saves their states under "datasets"."""
 
     def __init__(self, datasets: SavableDataset | Iterable[SavableDataset], *, worker_config):
         super().__init__(worker_config)
-        self.datasets = (datasets,) if isinstance(datasets, SavableDataset) else tuple(datasets)
+        one = isinstance(datasets, (SavableDataset, torch.utils.data.Dataset))
+        self.datasets = tuple(map(as_savable, (datasets,) if one else datasets))
         for d in self.datasets:
             if not isinstance(d, SavableDataset):
                 raise TypeError(f"{type(self).__name__} wraps savable datasets, got {type(d).__name__}")

@@ -35,7 +35,7 @@ class BlendDataset(BaseWrapperDataset[T_sample, T_sample]):
         if any(w <= 0 for w in weights):
             raise ValueError(f"BlendDataset: all weights must be > 0, got {list(weights)}")
         self.weights = tuple(float(w) for w in weights)
-        self.dataset_weights = dataset_weights
+        self.dataset_weights = tuple(zip(self.datasets, weights))
         self.reset_state_own()
 
     def reset_state_own(self) -> None:
