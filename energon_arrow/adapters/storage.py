@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from energon_arrow.adapters import (
+    after_fork,  # noqa: F401 - registers the after-fork hook
     listing,
-    s3fs_fork,  # noqa: F401 - registers the after-fork hook
     secrets,
 )
 from energon_arrow.adapters import options as opts

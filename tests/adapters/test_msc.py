@@ -19,6 +19,7 @@ from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.meta import field_map_dataset, parse_split_ratio
 from energon_arrow.query import open_dataset
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.processes import call_within
 
 PREPARE = PrepareOptions(
     split_ratio=parse_split_ratio("1,0,0"),
@@ -131,3 +132,33 @@ def test_prepare_query_and_load_over_msc(tmp_path, monkeypatch, s3_server, cache
     texts = _epoch_texts(epathlib.EPath(url))
     assert len(texts) == 12 and len(set(texts)) == 12
     assert texts == _epoch_texts(f"s3://{bucket}/{folder}/ds", options) == _epoch_texts(url)
+
+
+@pytest.mark.s3
+def test_workers_read_through_msc_after_the_parent_did(tmp_path, monkeypatch, s3_server):
+    """multi-storage-client runs its fsspec calls on one module-level thread pool: a DataLoader worker forked after
+    the training process used it inherited the pool without its threads and waited forever on its first read.
+    Each worker now gets a new pool (adapters/after_fork.py)."""
+    bucket = s3_server.create_bucket("ea-tests")
+    folder = uuid.uuid4().hex[:10]
+    options = s3_server.storage_options
+    write_webdataset(
+        f"s3://{bucket}/{folder}/ds", shards=2, samples_per_shard=6, image_bytes=8, storage_options=options
+    )
+    name = f"p{uuid.uuid4().hex[:8]}"
+    extra = "    caching_enabled: true\n"  # read through multi-storage-client, not natively
+    top = f"cache:\n  size: 200M\n  location: {tmp_path / 'msc-cache'}\n"
+    _write_config(
+        tmp_path,
+        monkeypatch,
+        _s3_profile(name, bucket, s3_server.endpoint_url, options["key"], options["secret"], extra),
+        top,
+    )
+    url = f"msc://{name}/{folder}/ds"
+    prepare_dataset(url, PREPARE, {})  # the parent's pool now has threads
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
+    ds = ea.get_val_dataset(url, batch_size=4, worker_config=wc, split_part="train")
+    texts = call_within(
+        lambda: [t for batch in ea.get_loader(ds) for t in batch.text], 60, "a 2-worker epoch through msc://"
+    )
+    assert sorted(texts) == sorted(_epoch_texts(f"s3://{bucket}/{folder}/ds", options))

@@ -6,12 +6,12 @@ error naming it, never a hang."""
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
 import energon_arrow as ea
 from tests.loader.conftest import write_dataset_yaml
+from tests.processes import call_within
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -65,24 +65,15 @@ def _mds(dataset_copy, prepared_root, tmp_path) -> str:
 
 def _first_batches(loader, n: int) -> list:
     """`n` batches of `loader`, failing (not hanging) when they do not come within TIMEOUT_S."""
-    out: dict = {}
 
-    def run():
+    def take():
         it = iter(loader)
         try:
-            out["batches"] = [next(it) for _ in range(n)]
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            out["error"] = exc
+            return [next(it) for _ in range(n)]
         finally:
             it.close()
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(TIMEOUT_S)
-    assert not thread.is_alive(), f"no batch within {TIMEOUT_S} s (the loader hangs)"
-    if "error" in out:
-        raise out["error"]
-    return out["batches"]
+    return call_within(take, TIMEOUT_S, "the loader's first batches")
 
 
 @pytest.mark.parametrize("pool_kind", ["file", "none"])
