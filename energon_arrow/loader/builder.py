@@ -12,6 +12,7 @@ import types
 from typing import Any
 
 from energon_arrow.adapters import Storage
+from energon_arrow.epathlib import EPath
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.meta import DatasetYaml
 from energon_arrow.samples.decoders import PartDecoder
@@ -60,7 +61,7 @@ class SampleBuilder:
         self.where = (
             config.where if config.key_lines else storage.url_of(DATASET_YAML)
         )  # the file it was read from
-        self.dataset_path = storage.url
+        self.dataset_path = EPath(storage.url)  # energon's SourceInfo.dataset_path: one EPath per dataset
         self.decoder = decoder
         self.subflavors = {**(config.subflavors or {}), **(subflavors or {})}  # energon: {} when none
         self.field_map = None

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from energon_arrow.adapters import Storage, open_storage
+from energon_arrow.epathlib import EPath
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.filestore_api import FileStore
 from energon_arrow.loader.members import split_sample
@@ -73,6 +74,7 @@ class PartStore(_FileStoreBase):
         shards = ds.sql("SELECT shard_id, path FROM shards ORDER BY shard_id").arrow()
         self.shard_paths = dict(zip(shards["shard_id"].to_pylist(), shards["path"].to_pylist()))
         self._url = self.storage.url  # per-read work below is kept to dict lookups and one pread
+        self._root = EPath(self._url)  # energon's SourceInfo.dataset_path
         self._local_paths = (
             {sid: self.storage.local_path(rel) for sid, rel in self.shard_paths.items()}
             if self.storage.is_local
@@ -128,7 +130,7 @@ class PartStore(_FileStoreBase):
     def _entry(self, key: str, row: int, data) -> tuple[Any, SourceInfo]:
         """`self[key]` from the bytes of its row: the decoded part, or the dict of a whole sample's parts."""
         shard = self.shard_paths[self._shard.item(row)]
-        source = SourceInfo(self._url, key, shard, (key,))
+        source = SourceInfo(self._root, key, shard, (key,))
         if row < self._n_parts:
             return self._decode(key, bytes(data)), source
         where = f"{self.storage.url_of(shard)}@{int(self._offset[row])}"
@@ -161,6 +163,7 @@ class FolderStore(_FileStoreBase):
     def __init__(self, path: Any, storage_options: dict | None = None, decoder: PartDecoder | None = None):
         self.storage = open_storage(path, storage_options)
         self.decoder = decoder
+        self._root = EPath(self.storage.url)  # energon's SourceInfo.dataset_path
 
     def get_path(self) -> str:
         return self.storage.url
@@ -175,9 +178,8 @@ class FolderStore(_FileStoreBase):
             data = self.storage.read_bytes(key)
         except NotFound:
             raise LoaderError(f"{self.storage.url_of(key)}: auxiliary file not found") from None
-        url = self.storage.url
         return self._decode(key, data), SourceInfo(
-            dataset_path=url, index=key, shard_name=url, file_names=(key,)
+            dataset_path=self._root, index=key, shard_name=self.storage.url, file_names=(key,)
         )
 
 

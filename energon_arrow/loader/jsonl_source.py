@@ -54,7 +54,7 @@ class JsonlBuilder(SampleBuilder):
 
     def sources(self, keys: list, part_names, shards: list, split_indices: list) -> list[tuple[SourceInfo]]:
         return [
-            (SourceInfo(self.dataset_path.rstrip("/") + "/" + shard, int(key), shard, (f"{key}.json",)),)
+            (SourceInfo(str(self.dataset_path).rstrip("/") + "/" + shard, int(key), shard, (f"{key}.json",)),)
             for key, shard in zip(keys, shards)
         ]
 

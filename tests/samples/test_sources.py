@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 import energon_arrow as ea
+from energon_arrow.epathlib import EPath
+from energon_arrow.loader.filestore import FolderStore, open_file_store
 from energon_arrow.samples.sample import SourceInfo
 from energon_arrow.testing.synthetic import write_webdataset
 from tests.reference import energon_prepare
@@ -59,3 +61,17 @@ def test_batch_sources_match_energon(small_root):
     )
     slow = next(iter(ea.get_loader(ds)))
     assert slow.__sources__ == ours.__sources__
+
+
+def test_dataset_path_is_one_epath_per_dataset_as_energon(small_root):
+    """energon's SourceInfo.dataset_path is an EPath (the dataset's root), for samples and file-store reads."""
+    ref = _first_val_batch(energon, small_root).__sources__[0][0].dataset_path
+    ours = [s for per_sample in _first_val_batch(ea, small_root).__sources__ for s in per_sample]
+    assert type(ref).__name__ == "EPath" and all(isinstance(s.dataset_path, EPath) for s in ours)
+    assert ours[0].dataset_path == EPath(small_root) and len({id(s.dataset_path) for s in ours}) == 1
+    part = open_file_store(small_root)
+    key = ours[0].file_names[0]
+    assert part[key][1].dataset_path == EPath(small_root)
+    assert isinstance(part.get_path(), str)  # energon's get_path() is a str
+    folder = FolderStore(small_root)
+    assert folder[".nv-meta/dataset.yaml"][1].dataset_path == EPath(small_root)
