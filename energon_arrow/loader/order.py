@@ -11,7 +11,7 @@ shuffle buffer of that size.
 
 With energon's `shuffle_over_epochs` k > 1 an "epoch" here spans k epochs: the block list repeated k times is
 permuted as one, so every sample is seen k times in k * n positions; with -1 blocks are drawn with replacement
-(each n positions draw fresh blocks; the group of blocks crossing the n-th position is cut there); with None blocks and
+(each n positions draw fresh blocks; the block crossing the n-th position is cut there); with None blocks and
 samples keep table order (the shuffle buffer still applies).
 
 Only O(blocks) state is kept per epoch (the block permutation and its cumulative sizes) plus the interleaved
@@ -127,7 +127,7 @@ class EpochOrder:
         self.blocks = shuffle and over_epochs is not None and nb > 0
         if not self.blocks:
             return
-        # O(blocks) state: the drawn / permuted block sequence (a k-epoch span holds every block k times) and
+        # O(blocks) state: the drawn / permuted block sequence (entries of a k-epoch span are block + i * nb) and
         # its cumulative sizes; the interleaved rows of a group are computed when a position needs them
         if over_epochs == -1:
             self.seq = _draws(layout.sizes, layout.n, _rng(seed, epoch, 3))
