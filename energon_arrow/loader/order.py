@@ -1,33 +1,25 @@
 """Epoch order: a pure function of (seed, epoch), evaluated lazily for the positions a batch needs.
 
 The rows of the effective sample table are cut into blocks of at most `block_size` consecutive samples of one
-shard (energon's slices of `max_samples_per_sequence`). Epoch e visits the blocks in a permuted order and, like
-energon's `parallel_shard_iters` (16 in training) slice iterators, interleaves every `PARALLEL_BLOCKS`
-consecutive blocks of that order at random: each block's samples come in table order (energon reads a slice
-sequentially), the samples of the group's blocks are mixed. A batch therefore reads a few contiguous byte ranges
-per shard. An optional shuffle buffer then reorders positions by the key `p + u(p) * shuffle_buffer`
-(u uniform in [0, 1)), which moves every sample by less than `shuffle_buffer` positions, like a streaming
-shuffle buffer of that size.
+shard. Epoch e visits the blocks in a permuted order and the samples of each block in a permuted order, so a
+batch reads a few contiguous byte ranges per shard. An optional shuffle buffer then reorders positions by the key
+`p + u(p) * shuffle_buffer` (u uniform in [0, 1)), which moves every sample by less than `shuffle_buffer`
+positions, like a streaming shuffle buffer of that size.
 
 With energon's `shuffle_over_epochs` k > 1 an "epoch" here spans k epochs: the block list repeated k times is
 permuted as one, so every sample is seen k times in k * n positions; with -1 blocks are drawn with replacement
 (each n positions draw fresh blocks; the block crossing the n-th position is cut there); with None blocks and
 samples keep table order (the shuffle buffer still applies).
 
-Only O(blocks) state is kept per epoch (the block permutation and its cumulative sizes) plus the interleaved
-rows of the last few groups (O(PARALLEL_BLOCKS * block_size)); the interleaving and the buffer keys come from a
-counter-based hash of (seed, epoch, position), so any position of any epoch is computed in
-O(batch + shuffle_buffer + group) without materialising the epoch. A worker's memory therefore does not grow
-with the dataset.
+Only O(blocks) state is kept per epoch (the block permutation and its cumulative sizes); the permutation inside
+a block and the buffer keys come from a counter-based hash of (seed, epoch, row or position), so any position of
+any epoch is computed in O(batch + shuffle_buffer) without materialising the epoch. A worker's memory therefore
+does not grow with the dataset.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-#: blocks interleaved together (energon's parallel_shard_iters default in training: 16 slices read at once)
-PARALLEL_BLOCKS = 16
-_GROUPS_KEPT = 4  # interleaved groups cached per epoch order (a batch, its buffer window and the next batch)
 
 _M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 
@@ -127,50 +119,39 @@ class EpochOrder:
         self.blocks = shuffle and over_epochs is not None and nb > 0
         if not self.blocks:
             return
-        # O(blocks) state: the drawn / permuted block sequence (entries of a k-epoch span are block + i * nb) and
-        # its cumulative sizes; the interleaved rows of a group are computed when a position needs them
+        # O(blocks) state: the drawn / permuted block sequence and its cumulative sizes; each block's hash stream
+        # (`_inner`) is derived per block when a position needs it
+        self.nb, self.k = nb, k
         if over_epochs == -1:
             self.seq = _draws(layout.sizes, layout.n, _rng(seed, epoch, 3))
+            self.stream = 3
         else:
-            self.seq = _rng(seed, epoch).permutation(k * nb) % nb
+            self.seq, self.stream = _rng(seed, epoch).permutation(k * nb), 1
+            if k > 1:
+                self.cum = np.r_[0, np.cumsum(layout.sizes[self.seq % nb])]
+                return
         self.cum = np.r_[0, np.cumsum(layout.sizes[self.seq])]
-        self._groups: dict[int, np.ndarray] = {}
 
-    def _group_rows(self, g: int) -> np.ndarray:
-        """Rows at the positions of group g (places g * PARALLEL_BLOCKS.. of the block sequence), interleaved."""
-        rows = self._groups.get(g)
-        if rows is not None:
-            return rows
-        places = self.seq[g * PARALLEL_BLOCKS : (g + 1) * PARALLEL_BLOCKS]
-        first, last = int(self.cum[g * PARALLEL_BLOCKS]), int(self.cum[g * PARALLEL_BLOCKS + len(places)])
-        sizes = self.layout.sizes[places]
-        local = np.cumsum(sizes) - sizes  # offset of each place inside the group
-        # rows of the group's blocks, block after block, each in table order
-        rows = np.repeat(self.layout.starts[places] - local, sizes) + np.arange(last - first, dtype=np.int64)
-        if len(places) > 1:
-            # a random interleaving that keeps each block's order: hash a key per position, sort the keys inside
-            # each block (places are contiguous, so a lexsort by place keeps them there), give the block's i-th
-            # sample its i-th smallest key, and read the group in key order
-            keys = hash_uniform(self.seed, self.epoch, 4, np.arange(first, last, dtype=np.int64))
-            place_of = np.repeat(np.arange(len(places)), sizes)
-            keys = keys[np.lexsort((keys, place_of))]
-            rows = rows[np.argsort(keys, kind="stable")]
-        if len(self._groups) >= _GROUPS_KEPT:
-            self._groups.pop(next(iter(self._groups)))
-        self._groups[g] = rows
-        return rows
+    def _block(self, j: int) -> tuple[int, int]:
+        """(block, hash stream of its inner permutation) at place j of the sequence."""
+        b = int(self.seq[j])
+        if self.stream == 3:
+            return b, self.epoch * 2**24 + j
+        return b % self.nb, self.epoch * self.k + b // self.nb
 
     def _unbuffered(self, pos: np.ndarray) -> np.ndarray:
         if not self.blocks or not len(pos):
             return pos
-        g = (np.searchsorted(self.cum, pos, side="right") - 1) // PARALLEL_BLOCKS
-        starts = self.cum[g * PARALLEL_BLOCKS]
-        if g.min() == g.max():  # the usual case: one group
-            return self._group_rows(int(g[0]))[pos - starts]
+        j = np.searchsorted(self.cum, pos, side="right") - 1
+        off = pos - self.cum[j]
+        # the permutation inside a block: rank `off` among the hashed keys of the block's rows
         out = np.empty(len(pos), np.int64)
-        for gg in np.unique(g).tolist():
-            m = g == gg
-            out[m] = self._group_rows(gg)[pos[m] - starts[m]]
+        for jj in np.unique(j).tolist():
+            m = j == jj
+            b, inner = self._block(jj)
+            s0, sz = int(self.layout.starts[b]), int(self.layout.sizes[b])
+            keys = hash_uniform(self.seed, inner, self.stream, np.arange(s0, s0 + sz))
+            out[m] = s0 + np.argsort(keys, kind="stable")[off[m]]
         return out
 
     def rows_at(self, pos: np.ndarray) -> np.ndarray:

@@ -1,10 +1,9 @@
 """Read plans for shards on object stores: pure functions from the byte ranges a run of batches needs to the few
 large ranged GETs ("windows") that fetch them.
 
-The training order reads up to `block_size` consecutive samples of a shard close together (each block interleaved
-with 15 others, order.py), so the samples that the next batches need lie in a few contiguous stretches of a few
-shards. Planning many batches at once turns those stretches into one window each instead of one request per batch
-(or per sample).
+The training order keeps up to `block_size` consecutive samples of a shard together, so the samples that the
+next batches need lie in a few contiguous stretches of a few shards. Planning many batches at once turns those
+stretches into one window each instead of one request per batch (or per sample).
 
 How much unneeded data a window may carry is a budget, not a fixed gap: `max_overread` x the needed bytes. The
 gaps between needed ranges are merged smallest first until the budget is spent (a vectorised threshold: sort

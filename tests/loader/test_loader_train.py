@@ -198,7 +198,7 @@ def test_columnar_and_per_sample_paths_agree(prepared_root, monkeypatch):
 class Flaky(RawTE):
     @ea.stateless(failure_tolerance=2)
     def encode_sample(self, sample):
-        if int(sample.__key__[-6:]) % 2:  # half the samples: two failures in a row come soon
+        if sample.__key__.endswith(("_000003", "_000004")):
             raise ValueError("flaky")
         return sample
 
