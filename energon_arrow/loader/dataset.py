@@ -43,6 +43,9 @@ class LoaderSettings:
     block_size: int = (
         16  # consecutive samples of one shard kept together (energon's max_samples_per_sequence)
     )
+    #: samples of a block in table order (energon's max_samples_per_sequence=None: sequences are read
+    #: sequentially; only the blocks and the shuffle buffer mix them); False: permuted inside each block
+    block_in_order: bool = False
     shuffle_buffer: int = 0
     #: energon's shuffle_over_epochs (when shuffling): k >= 1 a permutation spans k epochs, -1 blocks drawn with
     #: replacement, None no block shuffling (loader/order.py)
@@ -67,6 +70,8 @@ class LoaderSettings:
         extra = {"shuffle_over_epochs": self.shuffle_over_epochs} if self.shuffle_over_epochs != 1 else {}
         if self.slice_workers is not None:
             extra["slice_workers"] = self.slice_workers
+        if self.block_in_order:
+            extra["block_in_order"] = True
         if self.source_over_epochs is not None and any(m != 1 for m in self.source_over_epochs):
             extra["source_over_epochs"] = list(self.source_over_epochs)
         return extra | {
@@ -185,7 +190,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def _caches(self) -> list[EpochCache]:
         s = self.settings
         return [
-            EpochCache(layout, s.seed + 7919 * i, s.shuffle_buffer, s.shuffle, over)
+            EpochCache(layout, s.seed + 7919 * i, s.shuffle_buffer, s.shuffle, over, s.block_in_order)
             for i, (layout, over) in enumerate(zip(self.layouts, self.over_epochs))
         ]
 

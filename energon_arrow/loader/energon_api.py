@@ -170,6 +170,7 @@ def get_train_dataset(
         shuffle=True,
         repeat=repeat,
         block_size=max_samples_per_sequence or 16,
+        block_in_order=max_samples_per_sequence is None,
         shuffle_buffer=shuffle_buffer_size or 0,
         shuffle_over_epochs=shuffle_over_epochs_multiplier,
         source_over_epochs=tuple(opened.multipliers) if opened.multipliers else None,

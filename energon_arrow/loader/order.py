@@ -1,7 +1,8 @@
 """Epoch order: a pure function of (seed, epoch), evaluated lazily for the positions a batch needs.
 
 The rows of the effective sample table are cut into blocks of at most `block_size` consecutive samples of one
-shard. Epoch e visits the blocks in a permuted order and the samples of each block in a permuted order, so a
+shard. Epoch e visits the blocks in a permuted order and the samples of each block in a permuted order (in
+table order with `in_order`: energon's max_samples_per_sequence=None reads each sequence sequentially), so a
 batch reads a few contiguous byte ranges per shard. An optional shuffle buffer then reorders positions by the key
 `p + u(p) * shuffle_buffer` (u uniform in [0, 1)), which moves every sample by less than `shuffle_buffer`
 positions, like a streaming shuffle buffer of that size.
@@ -110,8 +111,9 @@ class EpochOrder:
         shuffle_buffer: int = 0,
         shuffle: bool = True,
         over_epochs: int | None = 1,
+        in_order: bool = False,
     ):
-        self.layout, self.seed, self.epoch = layout, seed, epoch
+        self.layout, self.seed, self.epoch, self.in_order = layout, seed, epoch, in_order
         self.shuffle, self.buffer = shuffle, shuffle_buffer if shuffle else 0
         k = int(over_epochs) if shuffle and over_epochs not in (None, -1) else 1
         self.n = layout.n * k
@@ -144,6 +146,8 @@ class EpochOrder:
             return pos
         j = np.searchsorted(self.cum, pos, side="right") - 1
         off = pos - self.cum[j]
+        if self.in_order:  # energon's max_samples_per_sequence=None: a block is read sequentially
+            return self.layout.starts[self.seq[j] % self.nb] + off
         # the permutation inside a block: rank `off` among the hashed keys of the block's rows
         out = np.empty(len(pos), np.int64)
         for jj in np.unique(j).tolist():
@@ -182,19 +186,25 @@ def epoch_order(
     return order.rows_at(np.arange(order.n, dtype=np.int64))
 
 
-_ARGS = ("seed", "shuffle_buffer", "shuffle", "over_epochs")
+_ARGS = ("seed", "shuffle_buffer", "shuffle", "over_epochs", "in_order")
 
 
 class EpochCache:
     """Maps stream positions (epochs concatenated) to table rows, keeping the last two epochs' state."""
 
     def __init__(
-        self, layout: BlockLayout, seed: int, shuffle_buffer: int, shuffle: bool, over_epochs: int | None = 1
+        self,
+        layout: BlockLayout,
+        seed: int,
+        shuffle_buffer: int,
+        shuffle: bool,
+        over_epochs: int | None = 1,
+        in_order: bool = False,
     ):
         self.layout = layout
         k = int(over_epochs) if shuffle and over_epochs not in (None, -1) else 1
         self.n = layout.n * k  # positions of one epoch (one span of k epochs)
-        self.args = (seed, shuffle_buffer, shuffle, over_epochs)
+        self.args = (seed, shuffle_buffer, shuffle, over_epochs, in_order)
         self._orders: dict[int, EpochOrder] = {}
 
     def order(self, epoch: int) -> EpochOrder:

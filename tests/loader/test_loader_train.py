@@ -223,3 +223,23 @@ def test_stateless_restore_seeds_reproduce_randomness(prepared_root):
     second = _loader(prepared_root, task_encoder=Noisy(), workers=2)
     second.load_state_dict(first.state_dict())
     assert [b.caption for b in _take(second, 3)] == ref[3:]
+
+
+def test_without_max_samples_per_sequence_runs_of_16_come_in_shard_order(prepared_root):
+    """energon reads a sequence sequentially when max_samples_per_sequence is None: our blocks of 16 keep table
+    order (and the blocks are still shuffled)."""
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = ea.get_train_dataset(
+        prepared_root,
+        worker_config=wc,
+        batch_size=16,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=RawTE(),
+        repeat=False,
+    )
+    keys = [(int(k[:6]), int(k[7:])) for b in ea.get_loader(ds) for k in b.__key__]
+    assert sorted(keys) != keys and len(set(keys)) == len(keys)
+    run_starts = [b for a, b in zip([None, *keys], keys) if a is None or b != (a[0], a[1] + 1)]
+    # every run of consecutive samples starts at a block of 16 (shards of 40: blocks at 0, 16, 32)
+    assert {i % PER_SHARD for _, i in run_starts} <= {0, 16, 32}, run_starts

@@ -106,3 +106,21 @@ def test_concat_schedule_with_limit():
     seen = [sched.slots(b, 0, 3, limit=8) for b in range(3)]
     assert [o.tolist() for o, _ in seen] == [[0, 0, 0], [0, 0, 1], [1, 1]]
     assert [p.tolist() for _, p in seen] == [[0, 1, 2], [3, 4, 0], [1, 2]]
+
+
+def test_blocks_in_order_keep_table_order_inside_each_block():
+    """energon's max_samples_per_sequence=None: each block is read sequentially; the blocks are still permuted."""
+    layout = BlockLayout(np.repeat(np.arange(4), 10), 5)
+    order = EpochOrder(layout, seed=3, epoch=0, in_order=True)
+    rows = order.rows_at(np.arange(order.n))
+    assert sorted(rows.tolist()) == list(range(40))
+    runs = rows.reshape(-1, 5)
+    assert (np.diff(runs, axis=1) == 1).all() and (runs[:, 0] % 5 == 0).all()
+    assert runs[:, 0].tolist() != sorted(runs[:, 0].tolist())  # blocks permuted
+    cache = EpochCache(layout, 3, 0, True, 1, True)
+    assert (
+        cache.rows_at(np.arange(40, 80)).tolist()
+        == EpochOrder(layout, 3, 1, in_order=True).rows_at(np.arange(40)).tolist()
+    )
+    shuffled = EpochOrder(layout, seed=3, epoch=0).rows_at(np.arange(40)).reshape(-1, 5)
+    assert not (np.diff(shuffled, axis=1) == 1).all()  # without it, samples are permuted inside blocks

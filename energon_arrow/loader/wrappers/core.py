@@ -97,7 +97,9 @@ class SampleDataset(SavableDataset):
             self._order = None
         if self._order is None or self._order.epoch != self._epoch:
             seed = worker_seed(self.worker_config) & 0xFFFFFFFF
-            self._order = EpochOrder(self._layout[1], seed, self._epoch)
+            self._order = EpochOrder(
+                self._layout[1], seed, self._epoch, in_order=self.max_samples_per_sequence is None
+            )
         return lo + self._order.rows_at(positions)
 
     def __iter__(self) -> Iterator[Any]:
