@@ -1,7 +1,7 @@
 """`BatchDataset`: a torch IterableDataset that yields this rank's batches, split over DataLoader workers.
 
 Each item is `(global_batch_index, skipped_samples, batch, slot_leases)`; the `Loader` unpacks it, checks the
-order, keeps the resume state and tracks the image slots the batch lives in (`image_slots`, see image_slots.py).
+order, keeps the resume state and tracks the image slots the batch lives in (`image_slots`, see images/slots.py).
 Worker k of K produces global batches start + k, start + k + K, ... so the DataLoader's round-robin hands them out
 in global order whatever K is.
 """
@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from energon_arrow.images.slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import TaskHooks
-from energon_arrow.loader.image_slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
 from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_readers
 from energon_arrow.loader.schedule import BatchSchedule

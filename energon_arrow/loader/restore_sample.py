@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from energon_arrow.images.slots import SlotAllocator
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.hooks import _marked as marked
-from energon_arrow.loader.image_slots import SlotAllocator
 from energon_arrow.loader.wrappers.base import add_sample_restore_key, get_sample_restore_key
 from energon_arrow.samples.stateless import get_stateless
 

@@ -8,8 +8,8 @@ import io
 import numpy as np
 import pytest
 
-from energon_arrow.samples.image_decode_into import open_image, write_pixels
-from energon_arrow.samples.image_scratch import DecodeScratch
+from energon_arrow.images.decode_into import open_image, write_pixels
+from energon_arrow.images.scratch import DecodeScratch
 from energon_arrow.testing.images import jpeg_bytes
 
 Image = pytest.importorskip("PIL.Image")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import energon_arrow as ea
-from energon_arrow.loader.image_device import normalize_on_device
+from energon_arrow.images.device import normalize_on_device
 from energon_arrow.testing.images import write_image_webdataset
 from tests.reference import energon_prepare
 
@@ -100,7 +100,7 @@ def test_uint8_layouts_and_cpu_normalisation(fixed_root):
 
 def test_normalize_on_device_function():
     """The main-process normalisation of uint8 batches after the copy to the GPU (run here on CPU tensors)."""
-    from energon_arrow.samples.image_decode_into import image_options
+    from energon_arrow.images.decode_into import image_options
 
     def batch(image):
         return ea.CaptioningSample(__key__=["a", "b"], __restore_key__=(), image=image, caption=["", ""])
@@ -171,7 +171,7 @@ def test_target_size_deterministic(varied_root, crop):
 def test_random_crop_varies_with_the_seed_position(fixed_root):
     """Random crops are drawn per sample from its position seed: the same image gets other crops in other
     positions (e.g. epochs), and the same crop again in the same position."""
-    from energon_arrow.samples.image_resize import crop_box
+    from energon_arrow.images.resize import crop_box
 
     boxes = {crop_box(56, 40, (16, 16), "random", seed) for seed in range(20)}
     assert len(boxes) > 10

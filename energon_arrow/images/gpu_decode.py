@@ -1,5 +1,5 @@
 """The training-process side of `image_device_decode=True`: the workers ship each image field as compressed bytes
-(samples/jpeg_bytes.py) and this stage decodes them after the batch arrived, in batches on the loader's device -
+(images/jpeg_bytes.py) and this stage decodes them after the batch arrived, in batches on the loader's device -
 torchvision's `decode_jpeg(list, device=...)`, nvjpeg on CUDA, the CPU decoder otherwise - into the batch tensor
 on that device (uint8, or float / normalised per the decoder's options, zero-padded like the workers' batches).
 
@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from energon_arrow.images import jpeg_bytes
+from energon_arrow.images.decode import ImageSpec, decode_image
+from energon_arrow.images.decode_into import ImageOptions, pixel_shape
+from energon_arrow.images.device import image_fields
+from energon_arrow.images.jpeg_bytes import CompressedImages
 from energon_arrow.loader.errors import DecodeError, ErrorBudgetExceeded
-from energon_arrow.loader.image_device import image_fields
 from energon_arrow.loader.transfer import cuda_target
-from energon_arrow.samples import jpeg_bytes
-from energon_arrow.samples.image_decode_into import ImageOptions, pixel_shape
-from energon_arrow.samples.images import ImageSpec, decode_image
-from energon_arrow.samples.jpeg_bytes import CompressedImages
 
 # Pillow's L = (19595 R + 38470 G + 7471 B + 0x8000) >> 16 (its RGB -> L conversion)
 _LUMA = (19595, 38470, 7471)

@@ -1,10 +1,10 @@
 """Decode one image payload into caller-provided memory: the shared step of per-sample decoding
-(samples/images.py) and of decoding a whole batch into its slot (loader/image_batch.py).
+(images/decode.py) and of decoding a whole batch into its slot (images/batch.py).
 
 `ImageOptions` are our opt-in extras on top of energon's `image_decode` modes:
 - `size=(h, w)`: the image is scaled (bilinear, antialiased) so that it covers h x w, keeping its aspect ratio,
   and cropped to exactly h x w, at the center or at a random offset drawn from a per-sample seed; JPEGs are
-  decoded at a reduced scale first (exactly what happens: samples/image_resize.py);
+  decoded at a reduced scale first (exactly what happens: images/resize.py);
 - `layout`: "CHW" (energon's torch layout) or "HWC" for torch modes;
 - `normalize=(mean, std)`: float output `(x / 255 - mean) / std` per channel, computed in one fused
   multiply-add (`x * scale + bias`).
@@ -77,7 +77,7 @@ def image_options(
 def open_image(data, mode: str, img=None, scratch=None):
     """The decoded PIL image of one payload at full size, in Pillow `mode`. `img`: the payload already opened
     (header read) by the caller, else it is opened here. `scratch`: a DecodeScratch to decode into
-    (image_scratch.py); the image's pixels are then valid until its next use. (Target sizes: image_resize.py.)"""
+    (images/scratch.py); the image's pixels are then valid until its next use. (Target sizes: images/resize.py.)"""
     from PIL import Image
 
     if img is None:

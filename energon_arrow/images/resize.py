@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from energon_arrow.samples.image_decode_into import ImageOptions, open_image, pixel_view, store_pixels
+from energon_arrow.images.decode_into import ImageOptions, open_image, pixel_view, store_pixels
 
 
 def crop_box(
@@ -72,7 +72,7 @@ def _decoded(data, mode: str, options: ImageOptions, seed: int, scratch):
 
 def resized_pixels(data, mode: str, options: ImageOptions, seed: int, scratch=None) -> np.ndarray:
     """The uint8 pixels of one payload at `options.size` (see the module docstring): (h, w) for one channel, else
-    (c, h, w) planes (any strides). `scratch`: a DecodeScratch to decode JPEGs into (image_scratch.py)."""
+    (c, h, w) planes (any strides). `scratch`: a DecodeScratch to decode JPEGs into (images/scratch.py)."""
     import torch
 
     img, (left, top, right, bottom) = _decoded(data, mode, options, seed, scratch)

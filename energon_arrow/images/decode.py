@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from energon_arrow.samples.image_decode_into import ImageOptions, open_image, pixel_shape, write_pixels
-from energon_arrow.samples.image_resize import resized_image, write_resized
+from energon_arrow.images.decode_into import ImageOptions, open_image, pixel_shape, write_pixels
+from energon_arrow.images.resize import resized_image, write_resized
 
 
 class ImageSpec(NamedTuple):
@@ -128,7 +128,7 @@ def spec_channels(spec: ImageSpec) -> int:
 def decode_image(
     data, spec: ImageSpec, options: ImageOptions = DEFAULT_OPTIONS, seed: int | None = None
 ) -> Any:
-    """An image payload decoded as `spec` describes (with our `options`, see samples/image_decode_into.py).
+    """An image payload decoded as `spec` describes (with our `options`, see images/decode_into.py).
     `seed` draws a random crop; None seeds it from the payload's CRC32."""
     try:
         import PIL  # noqa: F401

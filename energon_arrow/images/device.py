@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from energon_arrow.images.slots import SlotBoard
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.image_slots import SlotBoard
 from energon_arrow.loader.transfer import cuda_target
 from energon_arrow.samples.decoders import ImageDecode
 

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from energon_arrow.samples.image_scratch import DecodeScratch
+from energon_arrow.images.scratch import DecodeScratch
 
 _ALIGN = 1 << 16
 
@@ -43,7 +43,7 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 class SlotBoard:
     """Created by the main process before the workers start (so they share `released`); tracks what it handed
     out. `device_normalize`: image normalisation is left to the main process (after the copy to the GPU).
-    `device_decode`: the workers ship compressed images, the main process decodes them (image_gpu_decode.py)."""
+    `device_decode`: the workers ship compressed images, the main process decodes them (images/gpu_decode.py)."""
 
     def __init__(self, workers: int, slots: int, device_normalize: bool = False, device_decode: bool = False):
         if workers < 1 or slots < 1:
@@ -89,7 +89,7 @@ class SlotAllocator:
         self.next = 0
         self.pending: list[tuple[int, int, int, str]] = []
         self._undo: list[tuple[int, int, torch.UntypedStorage | None]] = []
-        self.scratch = DecodeScratch()  # this worker's decode target (see samples/image_scratch.py)
+        self.scratch = DecodeScratch()  # this worker's decode target (see images/scratch.py)
 
     def tensor(self, shape: tuple[int, ...], dtype: torch.dtype, field: str) -> torch.Tensor:
         """An uninitialised contiguous tensor for the batch field `field`."""

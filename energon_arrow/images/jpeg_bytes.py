@@ -1,7 +1,7 @@
 """The compressed images of one batch field, as a DataLoader worker ships them in the `image_device_decode` mode
-(the training process decodes them in batches on its device: loader/image_gpu_decode.py).
+(the training process decodes them in batches on its device: images/gpu_decode.py).
 
-The payloads lie back to back in one uint8 buffer (a recycled batch slot, see loader/image_slots.py), `offsets`
+The payloads lie back to back in one uint8 buffer (a recycled batch slot, see images/slots.py), `offsets`
 (n + 1, int64) delimits them, and `components` says per image what the batched JPEG decoder is given: the number
 of colour components (1 or 3) of a Huffman-coded baseline, extended or progressive JPEG, read from its frame
 header; 0 for anything else (not a JPEG, CMYK, arithmetic or lossless coding, a header that does not parse),

@@ -16,10 +16,10 @@ import torch
 from PIL import Image
 
 import energon_arrow as ea
+from energon_arrow.images import jpeg_bytes
+from energon_arrow.images.jpeg_bytes import CompressedImages, jpeg_components
 from energon_arrow.loader.errors import DecodeError, LoaderError
 from energon_arrow.loader.loader import Loader
-from energon_arrow.samples import jpeg_bytes
-from energon_arrow.samples.jpeg_bytes import CompressedImages, jpeg_components
 from energon_arrow.testing.images import jpeg_bytes as make_jpeg
 from energon_arrow.testing.images import write_image_webdataset
 from energon_arrow.testing.synthetic import tar_of_samples, write_shards

@@ -1,4 +1,4 @@
-"""Target-size decoding (samples/image_resize.py): the pixels are Pillow's crop + BILINEAR resize of the drafted
+"""Target-size decoding (images/resize.py): the pixels are Pillow's crop + BILINEAR resize of the drafted
 decode, box rounded to whole pixels (within 2 levels: torch's antialiased filter), close to a full decode resized
 and center-cropped the way energon users do it, and the same pixels in every output form."""
 
@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from energon_arrow.samples.image_decode_into import image_options
-from energon_arrow.samples.image_resize import crop_box, pixel_box, resized_pixels, write_resized
-from energon_arrow.samples.image_scratch import DecodeScratch
-from energon_arrow.samples.images import IMAGE_SPECS, decode_image
+from energon_arrow.images.decode import IMAGE_SPECS, decode_image
+from energon_arrow.images.decode_into import image_options
+from energon_arrow.images.resize import crop_box, pixel_box, resized_pixels, write_resized
+from energon_arrow.images.scratch import DecodeScratch
 from energon_arrow.testing.images import jpeg_bytes
 
 Image = pytest.importorskip("PIL.Image")

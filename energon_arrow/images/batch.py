@@ -1,5 +1,5 @@
 """One image field of a columnar batch decoded straight into its batch tensor (a shared-memory slot, see
-image_slots.py): no per-sample tensor, no stacking; the uint8 -> float conversion (or normalisation) is the one
+images/slots.py): no per-sample tensor, no stacking; the uint8 -> float conversion (or normalisation) is the one
 pass that writes each image into the batch.
 
 Batching follows energon's: images of different sizes are zero-padded to the largest height and width of the
@@ -13,9 +13,9 @@ import io
 import numpy as np
 import torch
 
+from energon_arrow.images.decode_into import open_image, pixel_shape, write_pixels
+from energon_arrow.images.resize import write_resized
 from energon_arrow.samples.decoders import ImageDecode
-from energon_arrow.samples.image_decode_into import open_image, pixel_shape, write_pixels
-from energon_arrow.samples.image_resize import write_resized
 
 
 def _open_all(payloads: list) -> tuple[list, np.ndarray]:
@@ -41,7 +41,7 @@ def image_column(
     payloads: list, dec: ImageDecode, seeds: list[int], alloc, field: str, device_normalize: bool
 ) -> torch.Tensor:
     """The batch tensor of one torch-mode image field. With `device_normalize` a normalised uint8-mode field stays
-    uint8 (the main process normalises it on the GPU, see image_device.py)."""
+    uint8 (the main process normalises it on the GPU, see images/device.py)."""
     spec, opts = dec.spec, dec.options
     channels = len(spec.mode)
     cpu_norm = opts.normalize is not None and (spec.float or not device_normalize)
