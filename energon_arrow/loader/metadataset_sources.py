@@ -1,6 +1,6 @@
 """The loader's sources for a dataset path: a prepared dataset, a crude `.jsonl` dataset or a metadataset split.
 
-`open_sources(path, split_part, subflavors, storage_options, dataset_config, split_config)` opens every leaf of a metadataset (see mds_tree.py)
+`open_sources(path, split_part, subflavors, storage_options, dataset_config, split_config)` opens every leaf of a metadataset (see metadataset/tree.py)
 as a `SplitSource` with its subset, subflavors and aux stores applied, and keeps the blend mode: `weights` for
 `blend:` (sampling proportions), `repetitions` for `blend_epochized:` (exact per-epoch counts).
 `OpenedSources.dataset_arguments(training, repeat)` gives the matching `BatchDataset` blend arguments under energon's
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.filestore import open_file_store
-from energon_arrow.loader.mds_tree import Leaf, is_metadataset, resolve_split
 from energon_arrow.loader.source import SplitSource, open_split
+from energon_arrow.metadataset.tree import Leaf, is_metadataset, resolve_split
 
 
 @dataclass

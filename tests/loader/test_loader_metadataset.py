@@ -128,7 +128,7 @@ def test_subset_keeps_everything_but_the_rows():
 
 
 def test_relative_paths_are_normalised_under_urls_too():
-    from energon_arrow.loader.mds_tree import join_path as _join
+    from energon_arrow.metadataset.tree import join_path as _join
 
     assert _join("s3://b/meta", "../data/ds") == "s3://b/data/ds"
     assert _join("/x/meta", "../data/ds") == "/x/data/ds"
@@ -137,7 +137,7 @@ def test_relative_paths_are_normalised_under_urls_too():
 
 def test_invalid_metadataset_yaml_names_the_line(tmp_path):
     from energon_arrow.loader.errors import LoaderError
-    from energon_arrow.loader.mds_tree import resolve_split
+    from energon_arrow.metadataset.tree import resolve_split
 
     path = tmp_path / "m.yaml"
     path.write_text("__class__: MetadatasetV2\nsplits:\n  train: [\n")
@@ -170,7 +170,7 @@ def test_invalid_metadataset_yaml_names_the_line(tmp_path):
 )
 def test_wrongly_typed_metadataset_values_are_loader_errors(tmp_path, body, message):
     """Found by the fuzz suite (tests/reliability): these raised TypeError/AttributeError before."""
-    from energon_arrow.loader.mds_tree import resolve_split
+    from energon_arrow.metadataset.tree import resolve_split
 
     path = tmp_path / "m.yaml"
     path.write_text("__class__: MetadatasetV2\n" + body)
@@ -180,7 +180,7 @@ def test_wrongly_typed_metadataset_values_are_loader_errors(tmp_path, body, mess
 
 @pytest.mark.parametrize("bound", ["abc%", "nan%", "inf%", float("inf"), [1]])
 def test_bad_subset_bounds_are_loader_errors(bound):
-    from energon_arrow.loader.subset import parse_subset
+    from energon_arrow.metadataset.subset import parse_subset
 
     with pytest.raises(LoaderError, match="subset bound"):
         parse_subset({"range": [bound, "end"]}, "m.yaml")

@@ -190,8 +190,8 @@ def metadataset_sources(
 ) -> tuple[str, list[tuple[SplitSource, float, float]]]:
     """(mode, [(source, weight, repetitions)]) of a metadataset split: subsets, subflavors and aux applied.
     mode: "single", "blend" or "blend_epochized"."""
-    from energon_arrow.loader.mds_tree import resolve_split
     from energon_arrow.loader.metadataset_sources import open_leaf
+    from energon_arrow.metadataset.tree import resolve_split
 
     resolved = resolve_split(path, split_part, subflavors, storage_options)
     mode = {"none": "single", "weight": "blend", "repetitions": "blend_epochized"}[resolved.mode]

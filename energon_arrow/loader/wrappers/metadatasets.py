@@ -34,7 +34,7 @@ class MetadatasetV2(Metadataset):
 
 def metadataset_class(path: Any, storage_options: dict | None) -> type:
     """The loader class a metadataset YAML declares (energon's default `__class__` is the v1 `Metadataset`)."""
-    from energon_arrow.loader.mds_tree import MdsFile
+    from energon_arrow.metadataset.tree import MdsFile
 
     data = MdsFile(os.fspath(path) if isinstance(path, os.PathLike) else str(path), storage_options).data
     cls = data.get("__class__", "Metadataset") if isinstance(data, dict) else "Metadataset"

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from energon_arrow.adapters import open_storage
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.order import combine_multipliers
-from energon_arrow.loader.subset import Subset, merge_subset, parse_subset
 from energon_arrow.meta import MetaError
 from energon_arrow.meta._yaml import YamlMap, parse_yaml_tracked
+from energon_arrow.metadataset.subset import Subset, merge_subset, parse_subset
 
 _TYPE = {"__module__", "__class__"}
 _REF = {

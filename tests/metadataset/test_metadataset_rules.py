@@ -9,8 +9,8 @@ import pytest
 
 import energon_arrow as ea
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.mds_tree import resolve_split
-from energon_arrow.loader.subset import Subset, merge_subset, parse_subset
+from energon_arrow.metadataset.subset import Subset, merge_subset, parse_subset
+from energon_arrow.metadataset.tree import resolve_split
 
 HEAD = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n"
 
