@@ -4,7 +4,7 @@ Public names (imported on first use so that `energon_arrow.loader.transfer` stay
 `Loader`, `BatchDataset`, `LoaderSettings`, `open_split`, `SplitSource`, `PartStore`, `FolderStore`,
 `open_file_store`, `DeviceTransfer`, `iter_to_device`, and the errors `LoaderError`, `StaleIndexError`,
 `DecodeError`, `MissingPartError`, `ErrorBudgetExceeded`. The energon-named shims live in
-`energon_arrow.loader.energon_api` and are exported from `energon_arrow`.
+`energon_arrow.energon.energon_api` and are exported from `energon_arrow`.
 """
 
 _EXPORTS = {

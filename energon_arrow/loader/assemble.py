@@ -28,8 +28,8 @@ from energon_arrow.loader.errors import (
     LoaderError,
     MissingPartError,
 )
-from energon_arrow.loader.hooks import position_seeds
 from energon_arrow.loader.members import split_sample
+from energon_arrow.loader.sample_hooks import position_seeds
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.spans import Spans
 from energon_arrow.samples.batch import generic_batch

@@ -22,9 +22,9 @@ from energon_arrow.images.slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.hooks import TaskHooks
 from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
 from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_readers
+from energon_arrow.loader.sample_hooks import PlainHooks, SampleHooks
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
@@ -91,12 +91,13 @@ class BatchDataset(torch.utils.data.IterableDataset):
         world_size: int = 1,
         weights: list[float] | None = None,
         decoder: PartDecoder | None = None,
-        task_encoder: Any = None,
+        hooks: SampleHooks | None = None,
         trust_remote_code: bool = False,
         repetitions: list[float] | None = None,
     ):
         """`repetitions`: blend_epochized repetitions per source (exclusive with `weights`): an epoch holds
-        every sample of each whole repetition (see loader/epochized.py)."""
+        every sample of each whole repetition (see loader/epochized.py). `hooks`: what is called per sample and
+        per batch (loader/sample_hooks.py; default `PlainHooks`, the energon layer passes its `TaskHooks`)."""
         if not sources:
             raise LoaderError("no datasets to load")
         if settings.global_batch_size % world_size:
@@ -114,7 +115,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = settings.global_batch_size // world_size
         self.decoder = decoder if decoder is not None else PartDecoder()
-        self.hooks = TaskHooks(task_encoder, settings.seed, self.local_batch_size)
+        self.hooks = hooks if hooks is not None else PlainHooks()
         sizes = [len(s) for s in sources]
         self.over_epochs = _over_epochs(settings, len(sources))
         # positions of one full pass of each source's order: k epochs when shuffled over k epochs

@@ -183,7 +183,7 @@ def test_random_crop_varies_with_the_seed_position(fixed_root):
 def test_target_size_center_crop_values(fixed_root):
     """A center crop to the image's own aspect is a bilinear resize of the decoded image (torch's antialiased
     filter: Pillow's within 2 levels); from half the size down the JPEG is decoded at a reduced scale (Pillow
-    draft), which changes pixels slightly. (The exact semantics: tests/samples/test_image_resize.py.)"""
+    draft), which changes pixels slightly. (The exact semantics: tests/images/test_image_resize.py.)"""
     from PIL import Image
 
     (raw,) = _batches(ea, fixed_root, 0, count=1, image_decode="pil")
