@@ -138,7 +138,7 @@ def get_train_dataset(
 
     A task encoder that overrides `build_train_datasets` builds the pipeline itself, as in energon: it gets
     `load_dataset(path).get_datasets(...)`'s datasets and its pipeline is returned (served by the pipeline
-    loaders of loader/wrappers/)."""
+    loaders of energon/wrappers/)."""
     if task_encoder is not None and _overrides(task_encoder, "build_train_datasets"):
         loaded = _loaded_datasets(
             task_encoder,
@@ -343,7 +343,7 @@ def _check_loader_worker_config(dataset, worker_config, function: str) -> None:
 def _make_loader(
     function: str, fast_cls, pipeline_cls, dataset, worker_config, cache_pool, common, pipeline_only
 ):
-    """`pipeline_cls` over an energon wrapper pipeline (loader/wrappers/), else `fast_cls` over our dataset;
+    """`pipeline_cls` over an energon wrapper pipeline (energon/wrappers/), else `fast_cls` over our dataset;
     `common`: the arguments both take, `pipeline_only`: those only the pipeline loader uses."""
     if is_pipeline(dataset):
         return pipeline_cls(

@@ -46,7 +46,7 @@ class EnergonDataset(BatchDataset):
     _pipeline: Any = None
 
     def as_pipeline(self):
-        """energon's savable pipeline (loader/wrappers/) built with this dataset's arguments, for energon's
+        """energon's savable pipeline (energon/wrappers/) built with this dataset's arguments, for energon's
         wrappers (BlendDataset, MixBatchDataset, ...) to compose: built once, on first use; unwrapped, this
         dataset keeps its own fast loader."""
         if self._pipeline is None:

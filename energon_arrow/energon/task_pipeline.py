@@ -1,4 +1,4 @@
-"""energon 7.4's pipeline-building methods of `TaskEncoder`, composing our wrapper datasets (loader/wrappers/).
+"""energon 7.4's pipeline-building methods of `TaskEncoder`, composing our wrapper datasets (energon/wrappers/).
 
 energon builds every loader this way; energon-arrow's get_train_dataset / get_val_dataset build the fast core
 instead (energon/energon_dataset.py) and use these methods only when a task encoder overrides

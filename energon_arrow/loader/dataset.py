@@ -59,7 +59,7 @@ class LoaderSettings:
     )
     #: batches read ahead in a thread; default 2 on object stores without local_cache, else 0
     read_ahead: int | None = None
-    #: validation as energon (worker_slices.py): the workers per rank whose slices decide the batches; None: the
+    #: validation as energon (energon/worker_slices.py): the workers per rank whose slices decide the batches; None: the
     #: worker-count-invariant global batches
     slice_workers: int | None = None
 
@@ -167,7 +167,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
     # ---- plan --------------------------------------------------------------------------------------------
     def total_batches(self) -> int | None:
         """Global batches in the stream (None when it repeats forever); with a rank's own schedule
-        (worker_slices.py, validation as energon) that rank's batches."""
+        (energon/worker_slices.py, validation as energon) that rank's batches."""
         if self.limit is None:
             return None
         own = getattr(self.schedule, "rank_batches", None)
