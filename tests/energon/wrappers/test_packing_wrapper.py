@@ -93,5 +93,5 @@ def test_bad_arguments_and_foreign_selection(prepared_root):
         pre_packer_failure_tolerance=1,
         worker_config=wc(),
     )
-    with pytest.raises(ea.loader.wrappers.FatalSampleError, match="failed 1 times"):
+    with pytest.raises(ea.FatalSampleError, match="failed 1 times"):
         list(copies)
