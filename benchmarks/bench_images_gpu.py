@@ -120,7 +120,7 @@ def _comparisons(root: str, payloads: list[bytes], decode_limit, batch: int, wor
         )
     )
     try:
-        from energon_arrow.samples.jpeg_bytes import batched_jpeg_decoder
+        from energon_arrow.images.jpeg_bytes import batched_jpeg_decoder
 
         batched_jpeg_decoder()
     except ImportError as exc:

@@ -45,7 +45,7 @@ tool, root = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 if tool == "ours":
     import energon_arrow as api
-    import energon_arrow.loader.dataset, energon_arrow.loader.energon_api, energon_arrow.loader.loader  # noqa
+    import energon_arrow.loader.dataset, energon_arrow.energon.energon_api, energon_arrow.loader.loader  # noqa
     import energon_arrow.loader.source, energon_arrow.query  # noqa: F401  (imported lazily by the first open)
     import energon_arrow.query.sideindex, energon_arrow.query.splits, fsspec  # noqa: F401  (likewise)
 else:

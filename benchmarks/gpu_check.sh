@@ -18,7 +18,7 @@ python3 -c "import torch, torchvision, pyarrow, numpy; print('torch', torch.__ve
 python3 setup.py build_ext --inplace -q >"$OUT/build.log" 2>&1 || echo "C kernels not built (numpy fallbacks): $OUT/build.log"
 echo "== CUDA tests"
 timeout "${CUDA_TESTS_S:-150}" python3 -m pytest -q -rs -p no:cacheprovider tests/loader/test_transfer.py \
-    tests/loader/test_image_gpu_decode.py tests/samples/test_sample.py 2>&1 | tee "$OUT/cuda_tests.log" | tail -25
+    tests/images/test_image_gpu_decode.py tests/samples/test_sample.py 2>&1 | tee "$OUT/cuda_tests.log" | tail -25
 echo "== images_gpu benchmark"
 timeout "${BENCH_S:-240}" python3 -m benchmarks.run images_gpu 2>&1 | tee "$OUT/bench.log"
 cp benchmarks/results/images_gpu.json "$OUT/" 2>/dev/null

@@ -5,23 +5,23 @@ __version__ = "0.1.0"
 
 # energon migration shims and sample types (loader), imported on first use
 _LOADER_EXPORTS = {
-    "WorkerConfig": "energon_arrow.loader.energon_api",
-    "get_train_dataset": "energon_arrow.loader.energon_api",
-    "get_val_dataset": "energon_arrow.loader.energon_api",
-    "get_loader": "energon_arrow.loader.energon_api",
-    "get_savable_loader": "energon_arrow.loader.energon_api",
-    "traverse_metadataset": "energon_arrow.loader.metadataset_api",
-    "prepare_metadataset": "energon_arrow.loader.metadataset_api",
-    "TraversedDatasetReference": "energon_arrow.loader.metadataset_api",
-    "DefaultTaskEncoder": "energon_arrow.loader.energon_api",
-    "TaskEncoder": "energon_arrow.loader.energon_api",
-    "AugmentTaskEncoder": "energon_arrow.loader.energon_api",
-    "get_val_datasets": "energon_arrow.loader.energon_api",
-    "SavableDataLoader": "energon_arrow.loader.energon_api",
+    "WorkerConfig": "energon_arrow.energon.energon_api",
+    "get_train_dataset": "energon_arrow.energon.energon_api",
+    "get_val_dataset": "energon_arrow.energon.energon_api",
+    "get_loader": "energon_arrow.energon.energon_api",
+    "get_savable_loader": "energon_arrow.energon.energon_api",
+    "traverse_metadataset": "energon_arrow.energon.metadataset_api",
+    "prepare_metadataset": "energon_arrow.energon.metadataset_api",
+    "TraversedDatasetReference": "energon_arrow.energon.metadataset_api",
+    "DefaultTaskEncoder": "energon_arrow.energon.energon_api",
+    "TaskEncoder": "energon_arrow.energon.energon_api",
+    "AugmentTaskEncoder": "energon_arrow.energon.energon_api",
+    "get_val_datasets": "energon_arrow.energon.energon_api",
+    "SavableDataLoader": "energon_arrow.energon.energon_api",
     # energon's error_handling guide imports it from the top level (energon 7.4.1 has it only in .errors)
     "FatalSampleError": "energon_arrow.loader.errors",
     **{
-        name: "energon_arrow.loader.cache_pool"
+        name: "energon_arrow.energon.cache_pool"
         for name in (
             "CachePool",
             "DirectLazy",
@@ -35,7 +35,7 @@ _LOADER_EXPORTS = {
     # energon's wrapper datasets and dataset-building API (energon's meaning of BatchDataset: the wrapper;
     # the fast batched loader dataset stays energon_arrow.loader.BatchDataset)
     **{
-        name: "energon_arrow.loader.wrappers"
+        name: "energon_arrow.energon.wrappers"
         for name in (
             "BatchDataset",
             "BlendDataset",
@@ -60,7 +60,7 @@ _LOADER_EXPORTS = {
     },
     # energon's dataset factory classes (class-style dataset.yaml, isinstance on get_dataset_from_config)
     **{
-        name: "energon_arrow.loader.wrappers.factories"
+        name: "energon_arrow.energon.wrappers.factories"
         for name in (
             "BaseCoreDatasetFactory",
             "BaseWebdatasetFactory",
@@ -89,9 +89,9 @@ _LOADER_EXPORTS = {
     "PrimaryFileStore": "energon_arrow.loader.filestore_api",
     "DecodeFileStore": "energon_arrow.loader.filestore_api",
     "SystemFileStore": "energon_arrow.loader.filestore",
-    "DatasetLoaderInterface": "energon_arrow.loader.wrappers.factory_base",
-    "Metadataset": "energon_arrow.loader.wrappers.metadatasets",
-    "MetadatasetV2": "energon_arrow.loader.wrappers.metadatasets",
+    "DatasetLoaderInterface": "energon_arrow.energon.wrappers.factory_base",
+    "Metadataset": "energon_arrow.energon.wrappers.metadatasets",
+    "MetadatasetV2": "energon_arrow.energon.wrappers.metadatasets",
     "Batch": "energon_arrow.samples",
     "CaptioningSample": "energon_arrow.samples",
     "Cooker": "energon_arrow.samples",

@@ -1,5 +1,5 @@
 """`energon-arrow analyze-debug LOGS...`: energon's `energon analyze-debug` on the worker debug logs that
-`WorkerConfig(worker_debug_path=..., worker_log_level=...)` makes the loader write (loader/debug_log.py; energon's
+`WorkerConfig(worker_debug_path=..., worker_log_level=...)` makes the loader write (energon/debug_log.py; energon's
 own logs read the same way).
 
 It picks the loader to analyse (the one of `--include-modality`; asks when there are several), lines up its

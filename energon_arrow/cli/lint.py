@@ -19,7 +19,7 @@ def open_split_jobs(path, splits, dataset_config, split_config, trust_remote_cod
     """(split, source, builder) for each non-empty split, plus the names of the empty ones."""
     from energon_arrow.adapters import open_storage
     from energon_arrow.loader.builder import SampleBuilder
-    from energon_arrow.loader.energon_args import yaml_split_args
+    from energon_arrow.loader.dataset_yaml_args import yaml_split_args
     from energon_arrow.loader.source import open_split
     from energon_arrow.meta import read_dataset_yaml
     from energon_arrow.query import open_dataset

@@ -86,7 +86,7 @@ def parse_media_filter(glob, header, extension, required: bool = False):
 def _prepare_metadataset(path, storage_options, *dataset_options) -> None:
     """A metadataset YAML: check its splits and write the join indexes energon needs (energon's `prepare` of a
     .yaml file)."""
-    from energon_arrow.loader.metadataset_api import prepare_metadataset
+    from energon_arrow.energon.metadataset_api import prepare_metadataset
 
     if any(dataset_options):
         raise click.UsageError(

@@ -8,7 +8,7 @@ import html
 import io
 
 from energon_arrow.cli.preview_text import describe, sample_fields
-from energon_arrow.samples.images import IMAGE_EXTENSIONS
+from energon_arrow.images.decode import IMAGE_EXTENSIONS
 
 FIELD_CHARS = 400  # a field's text is cut after this many characters
 

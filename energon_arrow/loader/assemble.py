@@ -4,7 +4,7 @@ Two paths that give identical batches:
 - columnar (the hot path): for a typed field-map dataset and a task encoder that does not customise samples,
   every field is sliced for the whole batch at once from the per-part offset arrays of the index; raw payloads
   become `bytes` straight from the fetched buffer, torch-mode images are decoded straight into the batch tensor
-  (image_batch.py, in a recycled shared-memory slot), other decoded ones go through the part decoder; no
+  (images/batch.py, in a recycled shared-memory slot), other decoded ones go through the part decoder; no
   per-sample object is created;
 - per sample: anything else (crude samples + cookers, sample_loader.py, custom encode_sample, json access, or a
   sample that failed on the columnar path so that it is skipped or reported precisely).
@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from energon_arrow.images.batch import image_column
+from energon_arrow.images.jpeg_bytes import pack_images
+from energon_arrow.images.slots import SlotAllocator
 from energon_arrow.loader.batch_columns import BatchColumns, SourceColumns
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import (
@@ -25,15 +28,12 @@ from energon_arrow.loader.errors import (
     LoaderError,
     MissingPartError,
 )
-from energon_arrow.loader.hooks import position_seeds
-from energon_arrow.loader.image_batch import image_column
-from energon_arrow.loader.image_slots import SlotAllocator
 from energon_arrow.loader.members import split_sample
+from energon_arrow.loader.sample_hooks import position_seeds
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.spans import Spans
 from energon_arrow.samples.batch import generic_batch
 from energon_arrow.samples.decoders import ImageDecode
-from energon_arrow.samples.jpeg_bytes import pack_images
 
 
 class _Fallback(Exception):

@@ -1,7 +1,7 @@
 """`BatchDataset`: a torch IterableDataset that yields this rank's batches, split over DataLoader workers.
 
 Each item is `(global_batch_index, skipped_samples, batch, slot_leases)`; the `Loader` unpacks it, checks the
-order, keeps the resume state and tracks the image slots the batch lives in (`image_slots`, see image_slots.py).
+order, keeps the resume state and tracks the image slots the batch lives in (`image_slots`, see images/slots.py).
 Worker k of K produces global batches start + k, start + k + K, ... so the DataLoader's round-robin hands them out
 in global order whatever K is.
 """
@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from energon_arrow.images.slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.hooks import TaskHooks
-from energon_arrow.loader.image_slots import SlotAllocator, SlotBoard
 from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
 from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_readers
+from energon_arrow.loader.sample_hooks import PlainHooks, SampleHooks
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
@@ -62,7 +62,7 @@ class LoaderSettings:
     )
     #: batches read ahead in a thread; default 2 on object stores without local_cache, else 0
     read_ahead: int | None = None
-    #: validation as energon (worker_slices.py): the workers per rank whose slices decide the batches; None: the
+    #: validation as energon (energon/worker_slices.py): the workers per rank whose slices decide the batches; None: the
     #: worker-count-invariant global batches
     slice_workers: int | None = None
 
@@ -96,12 +96,13 @@ class BatchDataset(torch.utils.data.IterableDataset):
         world_size: int = 1,
         weights: list[float] | None = None,
         decoder: PartDecoder | None = None,
-        task_encoder: Any = None,
+        hooks: SampleHooks | None = None,
         trust_remote_code: bool = False,
         repetitions: list[float] | None = None,
     ):
         """`repetitions`: blend_epochized repetitions per source (exclusive with `weights`): an epoch holds
-        every sample of each whole repetition (see loader/epochized.py)."""
+        every sample of each whole repetition (see loader/epochized.py). `hooks`: what is called per sample and
+        per batch (loader/sample_hooks.py; default `PlainHooks`, the energon layer passes its `TaskHooks`)."""
         if not sources:
             raise LoaderError("no datasets to load")
         if settings.global_batch_size % world_size:
@@ -119,7 +120,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = settings.global_batch_size // world_size
         self.decoder = decoder if decoder is not None else PartDecoder()
-        self.hooks = TaskHooks(task_encoder, settings.seed, self.local_batch_size)
+        self.hooks = hooks if hooks is not None else PlainHooks()
         sizes = [len(s) for s in sources]
         self.over_epochs = _over_epochs(settings, len(sources))
         # positions of one full pass of each source's order: k epochs when shuffled over k epochs
@@ -171,7 +172,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
     # ---- plan --------------------------------------------------------------------------------------------
     def total_batches(self) -> int | None:
         """Global batches in the stream (None when it repeats forever); with a rank's own schedule
-        (worker_slices.py, validation as energon) that rank's batches."""
+        (energon/worker_slices.py, validation as energon) that rank's batches."""
         if self.limit is None:
             return None
         own = getattr(self.schedule, "rank_batches", None)

@@ -26,10 +26,10 @@ from energon_arrow.loader.assemble import located_samples, sample_parts
 from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.builder import SampleBuilder
 from energon_arrow.loader.errors import SYSTEM_EXCEPTIONS, JoinerError, LoaderError
-from energon_arrow.loader.mds_tree import JoinMember, Leaf
-from energon_arrow.loader.metadataset_api import check_join_prepared
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.source import SplitSource, map_index, open_split
+from energon_arrow.metadataset.join_index import check_join_prepared
+from energon_arrow.metadataset.tree import JoinMember, Leaf
 
 
 def take_rows(src: SplitSource, rows: np.ndarray) -> SplitSource:

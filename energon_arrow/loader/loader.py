@@ -2,7 +2,7 @@
 hands batches to the GPU through the pinned transfer stage when CUDA is available (`device=None`: the current CUDA
 device if any, else batches stay on the host; `device="cpu"` keeps them on the host). With a decoder's
 `image_device_decode=True` the workers ship compressed images and the batches' images are decoded here, on that
-device (image_gpu_decode.py).
+device (images/gpu_decode.py).
 
 State: `{"version", "next_batch", "settings": {...}}` (+ `"pass_open": true` when saved after the last batch of a
 finite pass whose iterator was left before its end: the restored loader's next iteration ends that pass without a
@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
+from energon_arrow.images.device import device_images, image_board
+from energon_arrow.images.gpu_decode import device_decoded, device_decoder
 from energon_arrow.loader.dataset import BatchDataset
 from energon_arrow.loader.errors import LoaderError
-from energon_arrow.loader.image_device import device_images, image_board
-from energon_arrow.loader.image_gpu_decode import device_decoded, device_decoder
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.transfer import iter_to_device
 

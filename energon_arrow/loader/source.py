@@ -180,11 +180,11 @@ def open_split(
 ) -> SplitSource:
     """The effective sample table of `split` (exclusions applied, shards checked against the index) and the
     dataset.yaml of a prepared dataset, local or on S3. A `split_config` / `split_part` named in the dataset.yaml
-    wins over the arguments (energon's rule); its other energon factory keys: loader/energon_args.py.
+    wins over the arguments (energon's rule); its other energon factory keys: loader/dataset_yaml_args.py.
 
     Reads O(shards + excluded samples): the shards table, split.yaml and the memory-mapped row index (built once
     per dataset, loader/row_index.py); the split is a list of row runs whose columns are read per batch."""
-    from energon_arrow.loader.energon_args import yaml_split_args
+    from energon_arrow.loader.dataset_yaml_args import yaml_split_args
     from energon_arrow.meta import read_dataset_yaml
     from energon_arrow.meta.info import read_info
     from energon_arrow.meta.split import read_split

@@ -9,7 +9,7 @@ Three shapes (energon 7.4.1), each also in energon's class style (`__module__: m
 - crude:         `{__module__: megatron.energon, __class__: CrudeWebdataset}` (+ optional subflavors, part_filter)
 
 Other top-level keys: energon's factory arguments (`FACTORY_KEYS`, kept in `DatasetYaml.factory_args`; the loader
-applies or refuses each, loader/energon_args.py); any other key is a MetaError naming file, line and key.
+applies or refuses each, energon/energon_args.py); any other key is a MetaError naming file, line and key.
 
 API: `DatasetYaml` (fields `sample_type`, `field_map`, `sample_loader`, `part_filter`, `subflavors`, `crude`,
 `factory_args`, `where`, `key_lines`; `locate(key)` -> "file:line: key"),

@@ -8,6 +8,7 @@ True)` (or a `primary` parameter) adds the primary dataset's own file store as `
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -69,6 +70,13 @@ class Cooker(Generic[T_sample]):
             return True
         subflavors = subflavors or {}
         return all(k in subflavors and subflavors[k] == v for k, v in self.has_subflavors.items())
+
+
+@functools.lru_cache(maxsize=256)
+def cook_keywords(cook) -> tuple[bool, frozenset]:
+    """(whether `cook` takes **kwargs, its parameter names): read once per cook function, not per sample."""
+    params = inspect.signature(cook).parameters
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), frozenset(params)
 
 
 def select_cooker(cookers, subflavors: dict | None, where: str) -> Cooker:

@@ -4,7 +4,7 @@
 Order of the rules for a part named e.g. `seg.txt` (extension = text after the last dot):
 1. `.gz`: the payload is gunzipped and decoded by the rest of the name (`txt.gz` -> as `txt`);
 2. `handlers` given to PartDecoder, by lower-cased extension (our extension point);
-3. images (jpg, png, webp, ... any case) -> `image_decode` (see samples/images.py);
+3. images (jpg, png, webp, ... any case) -> `image_decode` (see images/decode.py);
 4. video / audio (mp4, avi, mov, webm, mkv, flac, mp3, wav, flv) -> `av_decode` (samples/av; needs PyAV, the
    `av` extra): an AVDecoder, a PyAV container, or decoded AVData ("torch": types energon does not decode whole
    fall through to rule 5);
@@ -23,10 +23,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from energon_arrow.samples import jpeg_bytes
+from energon_arrow.images import jpeg_bytes
+from energon_arrow.images.decode import IMAGE_EXTENSIONS, ImageSpec, check_image_mode, decode_image
+from energon_arrow.images.decode_into import ImageOptions, image_options
 from energon_arrow.samples.av.decoder import AV_MODES, AVWebdatasetDecoder, is_av_part
-from energon_arrow.samples.image_decode_into import ImageOptions, image_options
-from energon_arrow.samples.images import IMAGE_EXTENSIONS, ImageSpec, check_image_mode, decode_image
 from energon_arrow.samples.payloads import BASIC_DECODERS
 
 # energon's split of a member file name into the sample key and the part name
@@ -103,7 +103,7 @@ class PartDecoder:
     Our image extras (see docs/loader.md): `image_size` (int or (h, w)) with `image_crop` ("center" or "random"),
     `image_layout` ("CHW" or "HWC", torch modes) and `image_normalize` ((mean, std): float output);
     `image_device_decode`: a `Loader`'s workers ship the compressed images and the training process decodes them
-    in batches on its device (torchvision, nvjpeg on CUDA; loader/image_gpu_decode.py).
+    in batches on its device (torchvision, nvjpeg on CUDA; images/gpu_decode.py).
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """`@stateless`: marks a task-encoder step whose output depends only on its input, as energon does.
 
-The loader (loader/hooks.py) reads the marks: with `restore_seeds=True` it seeds `random`, numpy and torch from
+The loader (energon/hooks.py) reads the marks: with `restore_seeds=True` it seeds `random`, numpy and torch from
 the loader seed and the sample's position before each call, so a restored run reproduces the same random
 augmentations (energon seeds from its worker seed and sample index; our order does not depend on workers);
 `failure_tolerance=N` lets up to N failures of the step be logged and the sample skipped before the next one is

@@ -329,7 +329,7 @@ def join_roots(tmp_path_factory):
 
 def test_join_loaded_like_energon(join_roots, tmp_path):
     """(nonmatch 'none' is not compared: energon 7.4.1 fails reading the missing member; see
-    tests/loader/test_metadataset_join.py)"""
+    tests/energon/test_metadataset_join.py)"""
     primary, other = join_roots
     path = _write(
         tmp_path,

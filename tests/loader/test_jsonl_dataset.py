@@ -257,7 +257,7 @@ def test_prepare_and_load_over_s3(tmp_path, s3_root):
 def test_finite_training_pass_is_split_over_workers_as_energon(tmp_path):
     """train with repeat=False: each of the 3 x 5 global workers takes energon's slice of the pass, so each rank's
     len() and sample count are energon's (19, 19, 17 of 55) and every sample comes once."""
-    from energon_arrow.loader.energon_len import energon_length
+    from energon_arrow.energon.energon_len import energon_length
 
     path = _write(tmp_path / "d.jsonl", 55)
     prepare_jsonl(path)

@@ -254,7 +254,7 @@ def metadataset_text(draw) -> bytes:
 
 def _read_metadataset(path: str) -> None:
     """Resolve the train split and the absolute rows of each leaf's subset (as if each had 100 samples)."""
-    from energon_arrow.loader.mds_tree import resolve_split
+    from energon_arrow.metadataset.tree import resolve_split
 
     for leaf in resolve_split(path, "train").leaves:
         if leaf.subset is not None:

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import energon_arrow as ea
+from energon_arrow.images.decode import IMAGE_SPECS
 from energon_arrow.samples import PartDecoder, SampleDecoder
-from energon_arrow.samples.images import IMAGE_SPECS
 from energon_arrow.samples.payloads import decode_npy
 
 energon = pytest.importorskip("megatron.energon")

@@ -1,6 +1,6 @@
 """Mirrors `megatron.energon.cache`: the same public names, from where energon_arrow implements them."""
 
-from energon_arrow.loader.cache_pool import (
+from energon_arrow.energon.cache_pool import (
     CachePool,
     DirectLazy,
     FileCacheLazy,

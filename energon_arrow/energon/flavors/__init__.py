@@ -1,7 +1,7 @@
 """Mirrors `megatron.energon.flavors`: the same public names, from where energon_arrow implements them."""
 
-from energon_arrow.loader.wrappers import SavableDataset
-from energon_arrow.loader.wrappers.factories import (
+from energon_arrow.energon.wrappers import SavableDataset
+from energon_arrow.energon.wrappers.factories import (
     BaseCoreDatasetFactory,
     BaseWebdatasetFactory,
     CaptioningWebdataset,

@@ -1,5 +1,5 @@
 """Mirrors `megatron.energon.metadataset.metadataset_v2`: the same public names, from where energon_arrow implements them."""
 
-from energon_arrow.loader.wrappers.metadatasets import MetadatasetV2
+from energon_arrow.energon.wrappers.metadatasets import MetadatasetV2
 
 __all__ = ["MetadatasetV2"]

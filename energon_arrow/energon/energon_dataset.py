@@ -1,0 +1,235 @@
+"""The dataset `get_train_dataset` / `get_val_dataset` return: a `BatchDataset` that also knows energon's view of
+it (worker config, batch size, `len()`, the val limit, the virtual epoch) and how its loader forms batches.
+
+Batches are one per read chunk (this rank's slice of a global batch) unless the task encoder groups samples,
+has generator hooks, packs samples (`packing_buffer_size`), or `batch_size=None`: then the workers return encoded samples and the loader regroups them
+(energon/regroup.py), reading chunks of `batch_size` samples per rank (1 when unbatched).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from energon_arrow.energon.debug_log import worker_batches_logged
+from energon_arrow.energon.energon_len import energon_length
+from energon_arrow.energon.restore_sample import tag_chunk_item
+from energon_arrow.energon.watchdog import Watchdog
+from energon_arrow.energon.worker_config import WorkerConfig
+from energon_arrow.energon.worker_send import sendable
+from energon_arrow.energon.worker_slices import WorkerSliceSchedule
+from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
+from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.reader import SampleReader
+from energon_arrow.loader.source import SplitSource
+from energon_arrow.samples.decoders import PartDecoder
+
+
+class EnergonDataset(BatchDataset):
+    """A BatchDataset with energon's attributes: `worker_config`, `batch_size`, `batch_drop_last`, `limit`
+    (val, batches per pass), `virtual_epoch_length` and `len()`."""
+
+    worker_config: WorkerConfig
+    batch_size: int | None
+    batch_drop_last: bool
+    batch_limit: int | None
+    virtual_epoch_length: int
+    packing_buffer_size: int | None
+    mode: str
+    energon_len: int
+
+    #: (timeout, initial timeout, fail_on_timeout) of the watchdog, set by the loader; timeout None: off
+    watchdog: tuple = (None, None, False)
+    #: builds energon's savable pipeline with the same arguments (set by energon/energon_api.py); None: none
+    pipeline_recipe: Any = None
+    _pipeline: Any = None
+
+    def as_pipeline(self):
+        """energon's savable pipeline (energon/wrappers/) built with this dataset's arguments, for energon's
+        wrappers (BlendDataset, MixBatchDataset, ...) to compose: built once, on first use; unwrapped, this
+        dataset keeps its own fast loader."""
+        if self._pipeline is None:
+            if self.pipeline_recipe is None:
+                raise LoaderError(
+                    "this dataset cannot be wrapped in energon's wrapper datasets (no pipeline equivalent); build "
+                    "it with get_train_dataset / get_val_dataset"
+                )
+            self._pipeline = self.pipeline_recipe()
+        return self._pipeline
+
+    def __iter__(self):
+        timeout, initial, fail = self.watchdog
+        items = super().__iter__() if self.hooks.stream else self._tagged()
+        if self.worker_config.should_log(1 if self.mode == "train" else 2):
+            items = worker_batches_logged(items, self.worker_config, self.mode)
+        if self.hooks.stream:
+            items = self._sent(items)
+        if timeout is None:
+            return items
+        return Watchdog(timeout, initial, fail).watch_iter(items)
+
+    @staticmethod
+    def _sent(items):
+        """Stream mode: the encoded samples, pickled here when this is a DataLoader worker (energon/worker_send.py)."""
+        if torch.utils.data.get_worker_info() is None:
+            yield from items
+            return
+        for b, skipped, samples, leases in items:
+            yield b, skipped, sendable(samples, b), leases
+
+    def _tagged(self):
+        """The batches with their restore key prefixed by their chunk (in the worker, off the main process)."""
+        for b, skipped, batch, leases in super().__iter__():
+            yield b, skipped, tag_chunk_item(batch, b), leases
+
+    def __len__(self) -> int:
+        """Batches (samples when unbatched) this rank yields in one pass of a finite dataset (val, or train with
+        repeat=False) whenever that is known in advance; otherwise (an endless train dataset, grouped batches,
+        generator hooks, packing) energon's len(), computed as energon computes it (packing: as if unpacked)."""
+        h = self.hooks
+        if self.limit is None or h.group_fn is not None or h.generates or h.packing:
+            return self.energon_len
+        n = self.rank_length()
+        return n if self.batch_limit is None else min(n, self.batch_limit)
+
+    def encoded_chunk(self, b: int) -> list:
+        """The encoded samples of chunk `b` of this rank (stream mode), read and encoded in this process."""
+        caches = self._caches()
+        plan = self.plan(b, caches)
+        if not len(plan[1]):
+            return []
+        readers = [SampleReader(src) for src in self.sources]
+        try:
+            samples, _ = self.assembler.batch(b, plan, self._fetch(plan, readers), 0)
+        finally:
+            for r in readers:
+                r.close()
+        return samples or []
+
+
+def _decoder_of(task_encoder: Any) -> PartDecoder:
+    decoder = getattr(task_encoder, "decoder", PartDecoder())
+    if decoder is None:
+        return PartDecoder(raw=True)
+    if not isinstance(decoder, PartDecoder):
+        raise LoaderError(
+            f"task_encoder.decoder must be an energon_arrow SampleDecoder / PartDecoder or None, got {decoder!r}"
+        )
+    return decoder
+
+
+def build_dataset(
+    sources: list[SplitSource],
+    *,
+    mode: str,
+    worker_config: WorkerConfig,
+    batch_size: int | None,
+    batch_drop_last: bool,
+    task_encoder: Any,
+    settings: dict,
+    trust_remote_code: bool,
+    sample_type: type | None = None,
+    error_handler: Any = None,
+    limit: int | None = None,
+    virtual_epoch_length: int = 0,
+    packing_buffer_size: int | None = None,
+    weights: list[float] | None = None,
+    repetitions: list[float] | None = None,
+) -> EnergonDataset:
+    """The EnergonDataset of `sources` (`mode` "train" or "val"; `settings`: the other LoaderSettings; a blend's
+    `weights` or a blend_epochized's `repetitions`, one per source)."""
+    if worker_config is None:
+        raise LoaderError(
+            "worker_config is required (WorkerConfig(rank=..., world_size=..., num_workers=...))"
+        )
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise LoaderError(f"batch_size must be a positive integer or None (unbatched), got {batch_size!r}")
+    if virtual_epoch_length < 0:
+        raise LoaderError(f"virtual_epoch_length must be >= 0, got {virtual_epoch_length}")
+    from energon_arrow.energon.hooks import TaskHooks
+
+    probe = TaskHooks(task_encoder)  # which hooks are overridden decides the batching mode
+    stream = (
+        batch_size is None or probe.group_fn is not None or probe.generates or packing_buffer_size is not None
+    )
+    chunk = 1 if batch_size is None else batch_size
+    ds = EnergonDataset(
+        sources,
+        LoaderSettings(
+            global_batch_size=chunk * worker_config.world_size,
+            seed=worker_config.seed_offset,
+            drop_last=batch_drop_last and not stream,
+            **settings,
+        ),
+        rank=worker_config.rank,
+        world_size=worker_config.world_size,
+        weights=weights,
+        repetitions=repetitions,
+        decoder=_decoder_of(task_encoder),
+        hooks=TaskHooks(task_encoder, worker_config.seed_offset, chunk),
+        trust_remote_code=trust_remote_code,
+    )
+    if sample_type is not None:
+        for src, builder in zip(sources, ds.builders):
+            if not issubclass(builder.sample_cls, sample_type):
+                raise LoaderError(
+                    f"{src.name}: samples are {builder.sample_cls.__name__}, not a subclass of sample_type="
+                    f"{sample_type.__name__}"
+                )
+    ds.hooks.stream = stream
+    ds.hooks.packing = packing_buffer_size is not None
+    ds.packing_buffer_size = packing_buffer_size
+    ds.hooks.worker_config = worker_config
+    if error_handler is not None:
+        ds.hooks.worker_config = _with_handler(worker_config, error_handler)
+    if limit is not None and limit > 0 and not stream and ds.limit is not None:
+        ds.limit = min(ds.limit, limit * ds.settings.global_batch_size)  # `limit` chunks = `limit` batches
+    ds.worker_config, ds.mode = worker_config, mode
+    ds.batch_size, ds.batch_drop_last = batch_size, batch_drop_last
+    ds.batch_limit = limit if limit is not None and limit > 0 else None
+    # energon's finite passes (validation, and training with repeat=False over one dataset or concatenated ones):
+    # each worker takes its own slice, batched alone (energon/worker_slices.py); in training the slices are cut
+    # from the epoch's shuffled order, so len() and each rank's samples are energon's
+    finite_train = (
+        mode == "train"
+        and ds.limit is not None
+        and weights is None
+        and repetitions is None
+        and not virtual_epoch_length
+        and all(k in (1, None) for k in ds.over_epochs)
+    )
+    if mode == "val" or finite_train:
+        ds.schedule = WorkerSliceSchedule(
+            [len(s) for s in sources],
+            chunk,
+            worker_config.rank,
+            worker_config.world_size,
+            worker_config.num_workers,
+            drop_last=ds.settings.drop_last,
+            limit=None if stream else ds.batch_limit,
+        )
+        ds.settings.slice_workers = max(1, worker_config.num_workers)
+    ds.virtual_epoch_length = virtual_epoch_length
+    ds.energon_len = energon_length(
+        [len(s) for s in sources],
+        rank=worker_config.rank,
+        world_size=worker_config.world_size,
+        num_workers=worker_config.num_workers,
+        batch_size=batch_size,
+        drop_last=batch_drop_last,
+        grouped=probe.group_fn is not None,
+        repetitions=repetitions,
+        virtual_epoch_length=virtual_epoch_length,
+        limit=ds.batch_limit,
+    )
+    return ds
+
+
+def _with_handler(worker_config: WorkerConfig, handler) -> WorkerConfig:
+    """A copy of `worker_config` whose global_error_handler is `handler`."""
+    import copy
+
+    wc = copy.copy(worker_config)
+    wc.global_error_handler = handler
+    return wc
