@@ -50,7 +50,7 @@ _UPLOAD_DIGESTS = {
     "crc32": (
         "x-amz-checksum-crc32",
         lambda: 0,
-        zlib.crc32,
+        lambda crc, block: zlib.crc32(block, crc),
         lambda crc: base64.b64encode(crc.to_bytes(4, "big")).decode(),
     ),
     "none": None,
