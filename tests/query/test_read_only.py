@@ -76,4 +76,7 @@ def test_read_only_commands_leave_an_s3_dataset_unchanged(energon_ds, s3_root):
 def test_retry_and_timeout_flags_reach_the_storage_options(energon_ds):
     got = CliRunner().invoke(cli, ["info", "--connect-timeout", "1", energon_ds])
     assert "connect_timeout: only for s3://" in str(got.exception)
-    assert CliRunner().invoke(cli, ["info", "--retries", "0", "--retry-deadline-s", "2", energon_ds]).exit_code == 0
+    assert (
+        CliRunner().invoke(cli, ["info", "--retries", "0", "--retry-deadline-s", "2", energon_ds]).exit_code
+        == 0
+    )
