@@ -14,7 +14,7 @@ from energon_arrow.adapters.errors import StorageError, UnsupportedScheme
 
 class Backends:
     """Lazily built clients of a storage root. Needs the `Storage` attributes `_parsed`, `_public`,
-    `_secret_handle`, `retry`, `use_direct_reads`, `url` and `protocol`; `_forget_clients` must run before use."""
+    `_secret_handle`, `retry`, `io_settings`, `use_direct_reads`, `url` and `protocol`; `_forget_clients` must run before use."""
 
     def _forget_clients(self) -> None:
         """No client built yet (at construction and unpickling; `fs` rebuilds them after a fork)."""
@@ -74,7 +74,7 @@ class Backends:
     def retrying_fs(self):
         """The fsspec filesystem for callers that go through it themselves (DuckDB, pyarrow datasets, streamed
         multipart uploads), where energon-arrow's retry loop cannot wrap each request. On S3: a second s3fs instance whose own retry loop
-        makes up to `retry.attempts` tries of every request, retrying exactly what energon-arrow classifies as
+        makes up to `retry.attempts` tries of every request (more with a `retry.deadline_s`: s3fs_attempts), retrying exactly what energon-arrow classifies as
         transient (5xx, 429, throttling codes, resets, stalls, truncated bodies). With s3fs before 2026.2 (no
         error-handler hook) botocore's standard retry mode makes those tries instead: it retries 5xx, throttling
         codes and connection errors, not a body cut short after its headers. Elsewhere: `fs`."""
@@ -89,11 +89,11 @@ class Backends:
             s3fs_retries = install_s3fs_retry_classifier()
             if not s3fs_retries:
                 options["config_kwargs"] = opts.botocore_retries(
-                    options.get("config_kwargs"), self.retry.attempts
+                    options.get("config_kwargs"), s3fs_attempts(self.retry)
                 )
             reader = self._fs_class()(skip_instance_cache=True, **options)
             reader.retries = (
-                self.retry.attempts if s3fs_retries else 1
+                s3fs_attempts(self.retry) if s3fs_retries else 1
             )  # one retry loop, never two multiplied
             self._retrying_fs = reader
         return self._retrying_fs
@@ -109,9 +109,22 @@ class Backends:
 
             options = opts.merge_options(self._public, secrets.recall_secrets(self._secret_handle))
             try:
-                self._direct_client = direct_client_for(options) or False
+                self._direct_client = direct_client_for(options, self.io_settings.upload_checksum) or False
             except Exception as exc:
                 raise opts.InvalidStorageOptions(
                     self.url, f"cannot set up S3 access: {secrets.redact(exc, options)}"
                 ) from None
         return self._direct_client or None
+
+
+def s3fs_attempts(policy) -> int:
+    """How many tries s3fs's own retry loop (backoff min(0.1 * 1.7**i, 15) s) makes to honour `policy`: its
+    attempts, or with a deadline as many as its backoff takes to span the deadline."""
+    attempts = policy.attempts
+    if policy.deadline_s is not None:
+        waited, tries = 0.0, 1
+        while waited < policy.deadline_s:
+            waited += min(0.1 * 1.7 ** (tries - 1), 15)
+            tries += 1
+        attempts = max(attempts, tries)
+    return attempts

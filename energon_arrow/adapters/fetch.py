@@ -12,6 +12,7 @@ import numpy as np
 
 from energon_arrow.adapters.errors import ObjectChanged, StorageError, TransientError, classify
 from energon_arrow.adapters.ranges import coalesce_ranges, split_fetched
+from energon_arrow.adapters.retry import with_operation
 
 
 def read_ranges(storage, rels: str | Sequence[str], offsets, sizes) -> list[memoryview]:
@@ -102,9 +103,10 @@ def _fetch_remote(storage, rels: list[str], starts: list[int], ends: list[int], 
         get_many = functools.partial(_fsspec_get_many, storage.fs)
     results: list[Any] = [None] * len(rels)
     pending = list(range(len(rels)))
-    for attempt in range(storage.retry.attempts):
+    started, failures = time.monotonic(), 0
+    while pending:
         got = get_many([(paths[i], starts[i], ends[i], pins.get(rels[i])) for i in pending])
-        failed = []
+        failed, first = [], None
         for i, value in zip(pending, got):
             if not isinstance(value, BaseException):
                 results[i], etag = value
@@ -117,16 +119,19 @@ def _fetch_remote(storage, rels: list[str], starts: list[int], ends: list[int], 
                 continue
             err = classify(value, storage.url_of(rels[i]))
             if not isinstance(err, TransientError):
-                raise err from None
-            if attempt + 1 == storage.retry.attempts:
-                raise TransientError(
-                    err.url, f"{err.reason}; gave up after {storage.retry.attempts} attempts"
-                ) from None
+                raise with_operation(err, "GET", failures + 1) from None
             failed.append(i)
+            first = first or err
         if not failed:
             break
+        failures += 1
+        pause = storage.retry.pause_after(failures, started)
+        if pause is None:
+            raise TransientError(
+                first.url, f"GET: {first.reason}; {storage.retry.gave_up(failures, started)}"
+            ) from None
         pending = failed
-        time.sleep(storage.retry.delay(attempt))
+        time.sleep(pause)
     return results
 
 

@@ -48,7 +48,7 @@ def scan(storage, pattern: str = "**/*") -> list[FileInfo]:
     if storage.is_local:
         return _scan_local(storage.url, root, regex)
     # a missing bucket is NotFound; a missing prefix in a bucket lists as empty
-    found = storage._call("", lambda: storage.fs.find(root, detail=True, withdirs=False))
+    found = storage._call("", lambda: storage.fs.find(root, detail=True, withdirs=False), "LIST")
     out = []
     for path, info in found.items():
         rel = path[len(root) :].lstrip("/") if path.startswith(root) else path

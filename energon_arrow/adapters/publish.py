@@ -57,7 +57,7 @@ def put_objects(storage, items: Mapping[str, bytes]) -> None:
     small = [rel for rel, data in items.items() if direct is not None and len(data) <= DIRECT_PUT_LIMIT]
     if len(small) == 1:
         request = (*storage.path_of(small[0]).split("/", 1), bytes(items[small[0]]))
-        storage._call(small[0], lambda: direct.put(*request))
+        storage._call(small[0], lambda: direct.put(*request), "PUT")
     elif small:
         requests = [(*storage.path_of(rel).split("/", 1), bytes(items[rel])) for rel in small]
         for rel, request, result in zip(small, requests, direct.put_many(requests)):
@@ -66,14 +66,14 @@ def put_objects(storage, items: Mapping[str, bytes]) -> None:
             error = classify(result, storage.url_of(rel))
             if not isinstance(error, TransientError):
                 raise error from None
-            storage._call(rel, lambda request=request: direct.put(*request))
+            storage._call(rel, lambda request=request: direct.put(*request), "PUT")
     for rel in small:
         storage.fs.invalidate_cache(storage.path_of(rel))  # s3fs's listings cache must not go stale
     sent = set(small)
     rest = [rel for rel in items if rel not in sent]
     if rest:  # through s3fs (concurrently when several), retried as a whole: PUTs of whole objects
         paths = {storage.path_of(rel): items[rel] for rel in rest}
-        storage._call(rest[0], lambda: storage.fs.pipe(paths))
+        storage._call(rest[0], lambda: storage.fs.pipe(paths), "PUT")
 
 
 def publish_folder(
@@ -305,7 +305,7 @@ class RemoteFolderUpload:
         _require_local_file(storage, rel, local)
         direct = storage._direct
         if direct is not None and os.path.getsize(local) <= DIRECT_FILE_PUT_LIMIT:
-            storage._call(rel, lambda: direct.put_file(*storage.path_of(rel).split("/", 1), local))
+            storage._call(rel, lambda: direct.put_file(*storage.path_of(rel).split("/", 1), local), "PUT")
             storage.fs.invalidate_cache(storage.path_of(rel))
         else:
             # streamed (on S3 multipart, MULTIPART_CONCURRENCY parts in memory at a time); the object appears
@@ -314,7 +314,7 @@ class RemoteFolderUpload:
             if storage.protocol == "s3":
                 size = max(MULTIPART_PART_SIZE, -(-os.path.getsize(local) // MAX_PARTS))
                 parts = {"chunksize": size, "max_concurrency": MULTIPART_CONCURRENCY}
-            storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel), **parts))
+            storage._call(rel, lambda: storage.fs.put_file(local, storage.path_of(rel), **parts), "PUT")
         _silent_remove(local)  # moved in, as on local disk
 
 

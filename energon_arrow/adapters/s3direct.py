@@ -11,8 +11,10 @@ settings it implements (adapters.s3settings); everything else goes through s3fs.
 What it checks: every body has the length the server announced (a short one is a transient error), ranges
 start where asked, whole-object bodies match the checksum the server sends (`x-amz-checksum-crc32`, `-sha1`,
 `-sha256` or `Content-MD5`), and a GET given the ETag of an earlier response (`get(..., etag=...)`) sends
-`If-Match` and refuses a different version. PUTs over TLS carry `Content-MD5` (over plain HTTP the signed
-SHA-256 of the payload protects them). A bucket in another region (301/400 naming `x-amz-bucket-region`) is
+`If-Match` and refuses a different version. Every PUT carries a checksum the store verifies (`upload_checksum`:
+`Content-MD5` by default, or `x-amz-checksum-crc32`), so a body damaged on the way is refused (BadDigest, retried)
+rather than stored: several S3-compatible stores (SeaweedFS among them) do not check the signed SHA-256 of the
+payload. With `upload_checksum="none"`, PUTs over TLS still carry `Content-MD5` (their payload is not signed). A bucket in another region (301/400 naming `x-amz-bucket-region`) is
 asked again, once, signed for that region.
 """
 
@@ -35,6 +37,24 @@ from energon_arrow.adapters.httpconn import BLOCK, Connector, Route
 from energon_arrow.adapters.sigv4 import EMPTY_SHA256, SigV4Signer
 
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+
+
+def _md5_update(state, block):
+    state.update(block)
+    return state
+
+
+# upload_checksum -> (header, initial state, update(state, block) -> state, header value of the final state)
+_UPLOAD_DIGESTS = {
+    "md5": ("Content-MD5", hashlib.md5, _md5_update, lambda h: base64.b64encode(h.digest()).decode()),
+    "crc32": (
+        "x-amz-checksum-crc32",
+        lambda: 0,
+        lambda crc, block: zlib.crc32(block, crc),
+        lambda crc: base64.b64encode(crc.to_bytes(4, "big")).decode(),
+    ),
+    "none": None,
+}
 
 
 class S3HttpError(OSError):
@@ -70,9 +90,15 @@ class DirectRangeClient:
         addressing_style: str = "path",
         workers: int = 32,
         verify_checksums: bool = True,
+        upload_checksum: str = "md5",
     ):
         """`verify_checksums`: ask for and check the stored checksum of whole-object reads (botocore's
-        response_checksum_validation "when_supported"; False is its "when_required")."""
+        response_checksum_validation "when_supported"; False is its "when_required"). `upload_checksum`: "md5",
+        "crc32" or "none", what every PUT carries for the store to verify."""
+        if upload_checksum not in _UPLOAD_DIGESTS:
+            raise ValueError(
+                f"upload_checksum must be one of {', '.join(_UPLOAD_DIGESTS)}, got {upload_checksum!r}"
+            )
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"endpoint must be http(s)://host[:port], got {endpoint!r}")
@@ -88,6 +114,9 @@ class DirectRangeClient:
         self._virtual = addressing_style == "virtual"  # "auto" with an explicit endpoint is path style
         self._region = region
         self._verify_checksums = verify_checksums
+        self._upload_checksum = upload_checksum
+        if upload_checksum == "none" and self._scheme == "https":
+            self._upload_checksum = "md5"  # an unsigned payload always carries one
         self._bucket_regions: dict[str, str] = {}  # learnt from redirects
         self._signer = SigV4Signer(credentials)
         self._connector = connector or Connector()
@@ -106,7 +135,14 @@ class DirectRangeClient:
         DataLoader worker before its first read)."""
         endpoint, region, credentials, connector, addressing_style, workers = self._settings
         return DirectRangeClient(
-            endpoint, region, credentials, connector, addressing_style, workers, self._verify_checksums
+            endpoint,
+            region,
+            credentials,
+            connector,
+            addressing_style,
+            workers,
+            self._verify_checksums,
+            self._upload_checksum,
         )
 
     # ---- public -------------------------------------------------------------------------------------------
@@ -132,29 +168,32 @@ class DirectRangeClient:
         return self._send("GET", bucket, key, headers, None, EMPTY_SHA256, reader)
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
-        """Write s3://bucket/key as one PUT (the object appears whole or not at all). Over plain HTTP the payload
-        is signed by its SHA-256; over TLS it is sent as UNSIGNED-PAYLOAD with a Content-MD5, as botocore does."""
-        headers = {"Content-Length": str(len(data))}
-        if self._scheme == "https":
-            headers["Content-MD5"] = base64.b64encode(hashlib.md5(data).digest()).decode()
-            payload = "UNSIGNED-PAYLOAD"
-        else:
-            payload = hashlib.sha256(data).hexdigest()
-        self._send("PUT", bucket, key, headers, data, payload, _read_put)
+        """Write s3://bucket/key as one PUT (the object appears whole or not at all), with the `upload_checksum`
+        header. Over plain HTTP the payload is signed by its SHA-256; over TLS it is sent as UNSIGNED-PAYLOAD, as
+        botocore does."""
+        self._put_body(bucket, key, (data,), len(data), data)
 
     def put_file(self, bucket: str, key: str, local: str) -> None:
         """`put` of a local file, streamed from disk (memory stays bounded; hashed in a first pass)."""
         with open(local, "rb") as f:
-            digest = hashlib.md5() if self._scheme == "https" else hashlib.sha256()
-            while chunk := f.read(BLOCK):
-                digest.update(chunk)
-            headers = {"Content-Length": str(os.fstat(f.fileno()).st_size)}
-            if self._scheme == "https":
-                headers["Content-MD5"] = base64.b64encode(digest.digest()).decode()
-                payload = "UNSIGNED-PAYLOAD"
-            else:
-                payload = digest.hexdigest()
-            self._send("PUT", bucket, key, headers, f, payload, _read_put)
+            blocks = iter(lambda: f.read(BLOCK), b"")
+            self._put_body(bucket, key, blocks, os.fstat(f.fileno()).st_size, f)
+
+    def _put_body(self, bucket: str, key: str, blocks, size: int, body) -> None:
+        """PUT `body` (bytes or a seekable file) of `size` bytes whose content `blocks` yields, for hashing."""
+        sign = hashlib.sha256() if self._scheme == "http" else None
+        check = _UPLOAD_DIGESTS[self._upload_checksum]
+        state = check[1]() if check else None
+        for block in blocks:
+            if sign is not None:
+                sign.update(block)
+            if check:
+                state = check[2](state, block)
+        headers = {"Content-Length": str(size)}
+        if check:
+            headers[check[0]] = check[3](state)
+        payload = "UNSIGNED-PAYLOAD" if sign is None else sign.hexdigest()
+        self._send("PUT", bucket, key, headers, body, payload, _read_put)
 
     def get_many(self, requests: Sequence[tuple]) -> list:
         """Many `get_pinned(bucket, key, start, end, etag)` concurrently; each result is (bytes, etag) or the

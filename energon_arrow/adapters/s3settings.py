@@ -55,6 +55,7 @@ _CONFIG_KWARGS = {
     "s3",
     "signature_version",
     "response_checksum_validation",
+    "request_checksum_calculation",  # the direct client follows the `upload_checksum` storage option instead
 }
 _CHECKSUM_VALIDATION = ("when_supported", "when_required")  # botocore's values
 _S3_CONFIG = {"addressing_style"}
@@ -65,12 +66,12 @@ _BUILDING: dict[tuple[int, str], threading.Lock] = {}
 os.register_at_fork(after_in_child=lambda: globals().update(_CLIENTS_LOCK=threading.Lock(), _BUILDING={}))
 
 
-def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:
+def direct_client_for(options: Mapping[str, Any], upload_checksum: str = "md5") -> DirectRangeClient | None:
     """The direct client for these s3fs options (one per process and options, shared by every Storage), or None
-    where only s3fs can serve them."""
+    where only s3fs can serve them. `upload_checksum`: what its PUTs carry (adapters.io_settings)."""
     # in memory only; the AWS and proxy environment (CA bundle, profile, config files...) are part of the key
     aws_env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-    settings = [options, aws_env, urllib.request.getproxies_environment()]
+    settings = [options, aws_env, urllib.request.getproxies_environment(), upload_checksum]
     text = json.dumps(settings, sort_keys=True, default=str)
     cache_key = (os.getpid(), text)
     with _CLIENTS_LOCK:
@@ -86,7 +87,7 @@ def direct_client_for(options: Mapping[str, Any]) -> DirectRangeClient | None:
         if parent is not False and _fork_safe(parent):  # a forked child (a DataLoader worker): the parent's
             client = None if parent is None else parent.fork_copy()  # settings, new connections
         else:
-            client = _build_client(options)
+            client = _build_client(options, upload_checksum)
         with _CLIENTS_LOCK:
             return _CLIENTS.setdefault(cache_key, client)
 
@@ -140,7 +141,7 @@ def _endpoint(options: Mapping[str, Any]) -> str | None:
     )
 
 
-def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
+def _build_client(options: Mapping[str, Any], upload_checksum: str) -> DirectRangeClient | None:
     import botocore.session
 
     client_kwargs = dict(options.get("client_kwargs") or {})
@@ -198,4 +199,5 @@ def _build_client(options: Mapping[str, Any]) -> DirectRangeClient | None:
         connector=connector,
         addressing_style=s3_config.get("addressing_style", "auto"),
         verify_checksums=validation == "when_supported",
+        upload_checksum=upload_checksum,
     )

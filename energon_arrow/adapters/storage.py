@@ -22,6 +22,7 @@ from energon_arrow.adapters import options as opts
 from energon_arrow.adapters.backends import Backends
 from energon_arrow.adapters.errors import NotFound, NotLocal, StorageError, classify
 from energon_arrow.adapters.fetch import fetch_groups, read_ranges
+from energon_arrow.adapters.io_settings import pop_io_settings
 from energon_arrow.adapters.listing import FileInfo
 from energon_arrow.adapters.msc import MSC_PREFIX, resolve_msc_url
 from energon_arrow.adapters.retry import RetryPolicy, call_with_retries
@@ -63,12 +64,13 @@ class Storage(Backends):
             raise opts.InvalidStorageOptions(
                 shown, "credentials in the URL are not supported: pass them as storage options"
             )
-        self.retry = retry or RetryPolicy()
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise opts.InvalidStorageOptions(
                 self.url, f"storage options must be a mapping, got {type(storage_options).__name__}"
             )
         raw = dict(storage_options or {})
+        self.io_settings = pop_io_settings(raw, self.url, self.protocol, retry is not None)
+        self.retry = self.io_settings.retry_policy(retry)
         self.local_cache = parse_cache_option(raw.pop("local_cache", None), self.url)
         if self.local_cache is not None and self.is_local:
             raise opts.InvalidStorageOptions(
@@ -93,6 +95,7 @@ class Storage(Backends):
             "coalescing": (self.range_gap, self.max_fetch),
             "direct_reads": self.use_direct_reads,
             "local_cache": self.local_cache,
+            "io_settings": self.io_settings,
         }
 
     def __setstate__(self, state):
@@ -103,6 +106,7 @@ class Storage(Backends):
         self.range_gap, self.max_fetch = state["coalescing"]
         self.use_direct_reads = state["direct_reads"]
         self.local_cache = state["local_cache"]
+        self.io_settings = state["io_settings"]
         self._forget_clients()
 
     def __repr__(self):
@@ -155,19 +159,20 @@ class Storage(Backends):
         new.__setstate__({**self.__getstate__(), "url": self.url_of(rel)})
         return new
 
-    def _call(self, rel: str, fn):
-        return call_with_retries(fn, self.url_of(rel), self.retry)
+    def _call(self, rel: str, fn, op: str | None = None):
+        """`fn()` retried per `retry`; errors name the URL, the operation `op` and the attempts made."""
+        return call_with_retries(fn, self.url_of(rel), self.retry, op=op)
 
     # ---- metadata -----------------------------------------------------------------------------------------
     def exists(self, rel: str = "") -> bool:
         if self.is_local:
             return os.path.exists(self.path_of(rel))
-        return self._call(rel, lambda: self.fs.exists(self.path_of(rel)))
+        return self._call(rel, lambda: self.fs.exists(self.path_of(rel)), "HEAD")
 
     def isdir(self, rel: str = "") -> bool:
         if self.is_local:
             return os.path.isdir(self.path_of(rel))
-        return self._call(rel, lambda: self.fs.isdir(self.path_of(rel)))
+        return self._call(rel, lambda: self.fs.isdir(self.path_of(rel)), "HEAD")
 
     def stat(self, rel: str) -> FileInfo:
         if self.is_local:
@@ -177,7 +182,7 @@ class Storage(Backends):
             except OSError as exc:
                 raise classify(exc, self.url_of(rel)) from None
             return FileInfo(rel, st.st_size, st.st_mtime, None)
-        info = self._call(rel, lambda: self.fs.info(self.path_of(rel)))
+        info = self._call(rel, lambda: self.fs.info(self.path_of(rel)), "HEAD")
         if info.get("type") == "directory":
             raise StorageError(self.url_of(rel), "is a directory, expected a file")
         return listing.file_info(rel, info)
@@ -199,8 +204,8 @@ class Storage(Backends):
                 raise classify(exc, self.url_of(rel)) from None
         direct = self._direct
         if direct is not None:
-            return self._call(rel, lambda: direct.get(*self.path_of(rel).split("/", 1)))
-        return self._call(rel, lambda: self.fs.cat_file(self.path_of(rel)))
+            return self._call(rel, lambda: direct.get(*self.path_of(rel).split("/", 1)), "GET")
+        return self._call(rel, lambda: self.fs.cat_file(self.path_of(rel)), "GET")
 
     def read_text(self, rel: str, encoding: str = "utf-8") -> str:
         data = self.read_bytes(rel)
@@ -268,23 +273,25 @@ class Storage(Backends):
         if self.is_local:
             self._call(rel, lambda: os.makedirs(self.path_of(rel), exist_ok=True))
             return
-        self._call(rel, lambda: self.fs.makedirs(self.path_of(rel), exist_ok=True))
+        self._call(rel, lambda: self.fs.makedirs(self.path_of(rel), exist_ok=True), "MKDIR")
 
     def remove(self, rel: str, recursive: bool = False) -> None:
         """Delete a file (or, with `recursive`, a folder). A file that is already gone is not an error."""
         path = self.path_of(rel)
         if not recursive:
             with contextlib.suppress(NotFound):
-                self._call(rel, lambda: os.remove(path) if self.is_local else self.fs.rm_file(path))
+                self._call(rel, lambda: os.remove(path) if self.is_local else self.fs.rm_file(path), "DELETE")
             return
         try:
             self._call(
-                rel, lambda: _remove_local_tree(path) if self.is_local else self.fs.rm(path, recursive=True)
+                rel,
+                lambda: _remove_local_tree(path) if self.is_local else self.fs.rm(path, recursive=True),
+                "DELETE",
             )
         except NotFound:
             return
         if not self.is_local:  # s3fs's bulk delete drops per-key errors: check that nothing is left
-            found = self._call(rel, lambda: self.fs.find(path, detail=True))
+            found = self._call(rel, lambda: self.fs.find(path, detail=True), "LIST")
             # a store may keep an emptied folder's entry (SeaweedFS does): only files count as left over
             left = [k for k, info in found.items() if info.get("type") != "directory"]
             if left:

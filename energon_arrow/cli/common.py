@@ -62,14 +62,42 @@ def parse_storage_options(pairs: tuple[str, ...], as_json: str | None) -> dict:
     return options
 
 
+# flags for energon-arrow's own storage options (adapters.io_settings), added to the storage options when given
+_IO_FLAGS = {
+    "retries": (
+        click.IntRange(0),
+        "Retries of a failed storage request (default 4; env ENERGON_ARROW_RETRIES).",
+    ),
+    "retry_deadline_s": (
+        click.FloatRange(0, min_open=True),
+        "Keep retrying a failed request for this many seconds (outages shorter than this are waited out; "
+        "default none; env ENERGON_ARROW_RETRY_DEADLINE_S).",
+    ),
+    "connect_timeout": (click.FloatRange(0, min_open=True), "S3: seconds to connect (default 5)."),
+    "read_timeout": (click.FloatRange(0, min_open=True), "S3: seconds without a byte (default 15)."),
+    "upload_checksum": (
+        click.Choice(["md5", "crc32", "none"]),
+        "S3: checksum every upload carries for the store to verify (default md5).",
+    ),
+}
+
+
 def storage_options(fn: Callable) -> Callable:
-    """Add --storage-option/--storage-options; the command receives `storage_options: dict`."""
+    """Add --storage-option/--storage-options and the retry/timeout/checksum flags; the command receives
+    `storage_options: dict`."""
 
     @functools.wraps(fn)
     def wrapper(*args, storage_option_pairs=(), storage_options_json=None, **kwargs):
-        return fn(
-            *args, storage_options=parse_storage_options(storage_option_pairs, storage_options_json), **kwargs
-        )
+        options = parse_storage_options(storage_option_pairs, storage_options_json)
+        for name in _IO_FLAGS:
+            value = kwargs.pop(f"io_{name}", None)
+            if value is not None:
+                options[name] = value
+        return fn(*args, storage_options=options, **kwargs)
+
+    for name, (kind, text) in _IO_FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        wrapper = click.option(flag, f"io_{name}", type=kind, default=None, help=text)(wrapper)
 
     wrapper = click.option(
         "--storage-options",

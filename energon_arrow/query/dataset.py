@@ -62,7 +62,7 @@ class Dataset:
         *,
         verify: bool = True,
         split_config: str = "split.yaml",
-        publish: bool = True,
+        publish: bool = False,
         limits: QueryLimits | None = None,
     ):
         self.storage = storage
@@ -174,7 +174,7 @@ class Dataset:
     def ensure_summary(self) -> None:
         """Make `part_types` (and `info`) answer from the side index's summary (`index.summary`): a dataset
         prepared by an earlier version has none, so it is computed once, in one streaming pass over the parts,
-        and published beside the side index for the next open (kept in memory when the store is read-only)."""
+        and kept in memory (published beside the side index only for a dataset opened with `publish=True`)."""
         if self._side.summary:
             return
         from energon_arrow.index.from_sqlite import parquet_bytes
@@ -332,13 +332,15 @@ def open_dataset(
     *,
     verify: bool = True,
     split_config: str = "split.yaml",
-    publish: bool = True,
+    publish: bool = False,
     limits: QueryLimits | None = None,
 ) -> Dataset:
     """Open a prepared dataset (local folder or `s3://bucket/prefix`) for SQL queries and split resolution.
 
-    A dataset prepared by energon without our Parquet side index is converted from its index.sqlite on first
-    use (published under `.nv-meta/arrow/` when `publish` and the store is writable). `verify` compares every
+    A dataset prepared by energon without our Parquet side index is converted from its index.sqlite when opened,
+    in memory (published under `.nv-meta/arrow/` only with `publish=True` and a writable store: opening, querying
+    and `info` never write to the dataset's storage otherwise; the summary of an older side index and resolved
+    sample exclusions are then kept in memory too). `verify` compares every
     shard's size/mtime/ETag with the store and raises StaleIndexError naming a changed shard. `limits`: DuckDB's
     memory limit, spill folder and threads (bounded defaults, see `energon_arrow.query.limits`).
     """

@@ -158,8 +158,9 @@ def _convert(storage: Storage, publish: bool) -> SideIndex:
     return SideIndex(tables, "index.sqlite (converted, in memory)", table_rows(tables))
 
 
-def load_side_index(storage: Storage, publish: bool = True) -> SideIndex:
-    """The side-index tables of the dataset at `storage`, converting energon's index.sqlite when needed."""
+def load_side_index(storage: Storage, publish: bool = False) -> SideIndex:
+    """The side-index tables of the dataset at `storage`, converting energon's index.sqlite when needed (in
+    memory: reading a dataset never writes to its storage; `publish=True`, for writers, stores the conversion)."""
     if not info_exists(storage):
         raise NotPreparedError(
             f"{storage.url} is not a prepared dataset (no .nv-meta/.info.json): run {_prepare_hint(storage)}"

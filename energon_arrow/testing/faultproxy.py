@@ -5,8 +5,10 @@ share of the requests) or none, and is then forwarded unchanged (Host header inc
 valid). Faults: `"slowdown"` (503 SlowDown), `"error500"` (500 InternalError), `"error429"` (429
 TooManyRequests), `"503:<Code>"` (503 with any error code, e.g. a throttling code), `"reset"` (the TCP connection
 is reset before any answer), and for GETs `"stall"` (headers, then no byte for `stall_s` seconds) and
-`"truncate"` (the full Content-Length announced, half the body sent, the connection closed). Every request is
-counted, so a test can assert how many attempts a client made and how many were faulted.
+`"truncate"` (the full Content-Length announced, half the body sent, the connection closed), and for PUTs
+`"corrupt_request"` (one byte of the request body flipped on its way to the server, whose checksum check, if the
+client sent a checksum, refuses it). `outage(seconds)` answers every request with 503 for that long. Every request
+is counted, so a test can assert how many attempts a client made and how many were faulted.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ _ERRORS = {
     "error429": (429, "TooManyRequests", "Too many requests."),
 }
 _BODY_FAULTS = {"stall", "truncate"}  # GET only: a HEAD or PUT answer has no body to withhold
+_REQUEST_FAULTS = {"corrupt_request"}  # PUT only: a request body to damage
 
 
 def _error(fault: str) -> tuple[int, str, str] | None:
+    if fault == "outage":
+        return 503, "ServiceUnavailable", "Injected outage."
     if fault.startswith("503:"):
         return 503, fault[4:], "Injected throttling."
     return _ERRORS.get(fault)
@@ -44,6 +49,7 @@ class FaultProxy:
         self.upstream = (parts.hostname, parts.port or 80)
         self._faults: deque[str] = deque()
         self._random: tuple[random.Random, float, tuple[str, ...]] | None = None
+        self._outage_until = 0.0
         self.stall_s = 2.0
         self._lock = threading.Lock()
         # (method, path, Range header or "", "forwarded" or the fault)
@@ -67,7 +73,10 @@ class FaultProxy:
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                if fault and fault not in _BODY_FAULTS:
+                if fault == "corrupt_request" and body:
+                    at = len(body) // 2
+                    body = body[:at] + bytes([body[at] ^ 0x01]) + body[at + 1 :]
+                elif fault and fault not in _BODY_FAULTS | _REQUEST_FAULTS:
                     status, code, message = _error(fault)
                     xml = (
                         f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
@@ -122,7 +131,7 @@ class FaultProxy:
         self._thread.start()
 
     def inject(self, *faults: str) -> None:
-        """Queue faults for the next requests, in order."""
+        """Queue faults for the next requests, in order ("corrupt_request" for the next PUT)."""
         self._check(faults)
         with self._lock:
             self._faults.extend(faults)
@@ -136,6 +145,11 @@ class FaultProxy:
         with self._lock:
             self._random = (random.Random(seed), rate, tuple(faults)) if rate else None
 
+    def outage(self, seconds: float) -> None:
+        """Answer every request with 503 ServiceUnavailable for the next `seconds` (recorded as "outage")."""
+        with self._lock:
+            self._outage_until = time.monotonic() + seconds
+
     def faulted(self) -> dict[str, int]:
         """Requests answered with each fault so far."""
         with self._lock:
@@ -147,9 +161,13 @@ class FaultProxy:
 
     @staticmethod
     def _check(faults) -> None:
-        unknown = {f for f in faults if _error(f) is None and f not in _BODY_FAULTS and f != "reset"}
+        unknown = {
+            f
+            for f in faults
+            if _error(f) is None and f not in _BODY_FAULTS | _REQUEST_FAULTS and f != "reset"
+        }
         if unknown:
-            known = ", ".join(["reset", "stall", "truncate", "503:<Code>", *_ERRORS])
+            known = ", ".join(["reset", "stall", "truncate", "corrupt_request", "503:<Code>", *_ERRORS])
             raise ValueError(f"unknown faults {sorted(unknown)}; known: {known}")
 
     def reset_counts(self) -> None:
@@ -157,6 +175,7 @@ class FaultProxy:
             self.requests.clear()
             self._faults.clear()
             self._random = None
+            self._outage_until = 0.0
 
     def count(self, method: str | None = None) -> int:
         with self._lock:
@@ -164,7 +183,11 @@ class FaultProxy:
 
     def _next_fault(self, method: str) -> str | None:
         with self._lock:
+            if time.monotonic() < self._outage_until:
+                return "outage"
             if self._faults:
+                if self._faults[0] in _REQUEST_FAULTS and method != "PUT":
+                    return None  # waits for a PUT (e.g. after the POST that starts a multipart upload)
                 return self._faults.popleft()
             if self._random is None:
                 return None
@@ -172,8 +195,8 @@ class FaultProxy:
             if rng.random() >= rate:
                 return None
             fault = rng.choice(faults)
-            if fault in _BODY_FAULTS and method != "GET":
-                errors = [f for f in faults if f not in _BODY_FAULTS] or ["slowdown"]
+            if (fault in _BODY_FAULTS and method != "GET") or (fault in _REQUEST_FAULTS and method != "PUT"):
+                errors = [f for f in faults if f not in _BODY_FAULTS | _REQUEST_FAULTS] or ["slowdown"]
                 fault = rng.choice(errors)
             return fault
 

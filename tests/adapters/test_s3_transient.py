@@ -150,7 +150,7 @@ def test_a_stream_never_mixes_two_versions_of_an_object(relay, s3_server, s3_obj
         relay.queue(
             ("call", replace)
         )  # the first block: replaced, then 503; the retry must refuse the new one
-        with pytest.raises(ObjectChanged, match=rf"{key}: the object changed while it was being read"):
+        with pytest.raises(ObjectChanged, match=rf"{key}: GET: the object changed while it was being read"):
             f.read(100)
     # a new read sees the new version whole
     assert store.read_range(name, 0, 8) == b"new!new!"

@@ -33,13 +33,13 @@ def _cache(root: str, split_config: str = "split.yaml"):
 
 
 def _train(root: str) -> list[str]:
-    with open_dataset(root) as ds:
+    with open_dataset(root, publish=True) as ds:
         return ds.split("train").column("sample_key").to_pylist()
 
 
 def test_resolved_once_cached_and_invalidated(energon_ds):
     write_split(energon_ds, SPLIT)
-    with open_dataset(energon_ds) as ds:
+    with open_dataset(energon_ds, publish=True) as ds:
         ds.sql("SELECT count(*) FROM samples")  # no exclusion view: nothing resolved
         assert _cache(energon_ds)[1] is None
         assert ds.sql("SELECT count(*) FROM split_samples WHERE split = 'train'").rows() == [(20,)]
@@ -64,12 +64,12 @@ def test_resolved_once_cached_and_invalidated(energon_ds):
 
 def test_cache_of_another_side_index_is_ignored(energon_ds):
     write_split(energon_ds, SPLIT)
-    with open_dataset(energon_ds) as ds:
+    with open_dataset(energon_ds, publish=True) as ds:
         ds.split("train")
     path, table = _cache(energon_ds)
     forged = table.set_column(2, "sample_index", table.column("sample_index").fill_null(5))
     pq.write_table(forged.replace_schema_metadata({CACHE_KEY: b"another side index"}), path)
-    with open_dataset(energon_ds) as ds:
+    with open_dataset(energon_ds, publish=True) as ds:
         matched = ds.sql("SELECT entry, matched FROM excluded WHERE kind = 'sample' ORDER BY entry").rows()
         assert ("shards/shard-000000.tar/no_such_key", False) in matched
         assert ds.split("train").num_rows == 20
@@ -78,7 +78,7 @@ def test_cache_of_another_side_index_is_ignored(energon_ds):
 
 def test_read_only_open_does_not_write_the_cache(energon_ds):
     write_split(energon_ds, SPLIT)
-    open_dataset(energon_ds).close()  # publishes the side index converted from index.sqlite
+    open_dataset(energon_ds, publish=True).close()  # publishes the side index converted from index.sqlite
     with open_dataset(energon_ds, publish=False) as ds:
         assert ds.split("train").num_rows == 20
     assert _cache(energon_ds)[1] is None
@@ -116,7 +116,7 @@ def test_exclude_table_follows_classify_excludes(entries):
 
 def test_split_sizes_count_without_rows(energon_ds):
     write_split(energon_ds, SPLIT)
-    with open_dataset(energon_ds) as ds:
+    with open_dataset(energon_ds, publish=True) as ds:
         sizes = ds.sql("SELECT * FROM split_sizes ORDER BY split").arrow().to_pylist()
         rows = dict(ds.sql("SELECT split, count(*) FROM split_samples GROUP BY split").rows())
     assert sizes == [
@@ -133,7 +133,7 @@ def test_bitmaps_and_unresolved_views(energon_ds):
     table = bitmaps(resolved, np.array([3, 4]))
     assert table.to_pylist() == [{"shard_id": 1, "bits": b"\x80\x40"}]  # 10 bits: index 9 > the 4 samples
     write_split(energon_ds, SPLIT)
-    with open_dataset(energon_ds) as ds:
+    with open_dataset(energon_ds, publish=True) as ds:
         with pytest.raises(duckdb.Error, match="not resolved"):
             ds._internal("SELECT count(*) FROM split_samples")  # internal SQL: no automatic resolution
         assert ds.sql("SELECT count(*) FROM split_samples").scalar() == 32
@@ -143,7 +143,7 @@ def test_matched_in_batches(energon_ds, monkeypatch):
     """Entries are matched a batch of consecutive entries (a range of shards) at a time: 2 per batch here."""
     monkeypatch.setattr(exclusions, "MATCH_BATCH", 2)
     write_split(energon_ds, SPLIT)
-    with open_dataset(energon_ds) as ds:
+    with open_dataset(energon_ds, publish=True) as ds:
         ds.exclusions()
     table = _cache(energon_ds)[1]
     rows = zip(*(table.column(c).to_pylist() for c in ("shard_id", "sample_key", "sample_index")))

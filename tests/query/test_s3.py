@@ -28,7 +28,8 @@ def upload(local_root: str, url: str, options: dict) -> None:
 def test_s3_dataset_end_to_end(energon_ds, s3_root, tmp_path):
     url, options = s3_root
     upload(energon_ds, url, options)
-    ds = open_dataset(url, options)
+    assert open_dataset(url, options).index_source == "index.sqlite (converted, in memory)"  # read-only
+    ds = open_dataset(url, options, publish=True)
     assert ds.index_source == "index.sqlite (converted, published)"
     assert ds.sql("SELECT count(*) FROM samples").scalar() == 48
     again = open_dataset(url, options)
@@ -49,7 +50,7 @@ def test_s3_dataset_end_to_end(energon_ds, s3_root, tmp_path):
 def test_memory_dataset(energon_ds, memory_root):
     url, options = memory_root
     upload(energon_ds, url, options)
-    assert open_dataset(url).index_source == "index.sqlite (converted, published)"
+    assert open_dataset(url, publish=True).index_source == "index.sqlite (converted, published)"
     ds = open_dataset(url)
     assert ds.index_source == "parquet" and ds.split("val").num_rows == 12
     assert ds.sql("SELECT count(*) FROM parts").scalar() == 144

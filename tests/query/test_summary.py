@@ -113,7 +113,7 @@ def test_older_index_gets_the_summary_once(prepared):
         part_types = _part_types(ds, "SELECT * FROM part_types")
     written = pq.read_table(f"{prepared}/{SUMMARY}")
     os.remove(f"{prepared}/{SUMMARY}")  # as an earlier version wrote the side index
-    with open_dataset(prepared) as ds:
+    with open_dataset(prepared, publish=True) as ds:  # a writer's open caches it
         assert not ds._side.summary
         assert _part_types(ds, "SELECT * FROM part_types") == part_types  # by a scan until info
         assert dataset_info(ds) == expected
@@ -129,7 +129,7 @@ def test_summary_of_another_index_is_ignored(prepared, tmp_path):
     prepare(other)
     shutil.copy(f"{other}/{SUMMARY}", f"{prepared}/{SUMMARY}")  # left behind by a tool that knew no summary
     meta = pq.read_metadata(f"{prepared}/{SUMMARY}").metadata
-    with open_dataset(prepared) as ds:
+    with open_dataset(prepared, publish=True) as ds:  # a writer's open caches it
         assert not ds._side.summary
         assert meta[SUMMARY_KEY] != ds._side.identity()
         info = dataset_info(ds)
@@ -140,7 +140,7 @@ def test_summary_of_another_index_is_ignored(prepared, tmp_path):
 
 
 def test_converted_energon_index_in_memory(energon_ds):
-    with open_dataset(energon_ds) as ds:  # converted and published with its summary
+    with open_dataset(energon_ds, publish=True) as ds:  # converted and published with its summary
         assert ds._side.summary and os.path.exists(f"{energon_ds}/{SUMMARY}")
         published = dataset_info(ds)
     shutil.rmtree(f"{energon_ds}/.nv-meta/arrow")

@@ -1,0 +1,113 @@
+"""Integrity and outages through the FaultProxy in front of SeaweedFS: PUT bodies damaged on the way (20% of the
+requests of a prepare) never leave a damaged file behind (every published file is byte-for-byte the one a
+fault-free prepare writes), and a 503 outage shorter than `retry_deadline_s` is waited out by prepare and by a
+loader epoch, while a shorter deadline ends in one clear error naming the URL, the operation and the attempts."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from energon_arrow.adapters import StorageError, open_storage
+from energon_arrow.testing.faultproxy import FaultProxy
+from energon_arrow.testing.synthetic import write_webdataset
+from tests.reliability.test_s3_faults import loader_keys, prepare, through
+
+pytestmark = pytest.mark.s3
+
+OUTAGE_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def proxy(s3_server):
+    with FaultProxy(s3_server.endpoint_url) as p:
+        yield p
+
+
+@pytest.fixture
+def root(s3_server):
+    bucket = s3_server.create_bucket("ea-integrity")
+    return f"s3://{bucket}/{uuid.uuid4().hex[:12]}"
+
+
+def published(url: str, options: dict) -> dict[str, bytes]:
+    """Every file of the dataset; the random index.uuid (also in the Parquet metadata) made the same."""
+    store = open_storage(url, options)
+    files = {f: store.read_bytes(f) for f in store.list_files("**/*")}
+    uuid_ = files[".nv-meta/index.uuid"]
+    return {f: data.replace(uuid_, b"<index.uuid>") for f, data in files.items()}
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_prepare_with_damaged_uploads_writes_the_same_files(proxy, root, s3_server, seed):
+    direct = s3_server.storage_options
+    for url in (root, root + "-reference"):
+        write_webdataset(url, shards=6, samples_per_shard=20, image_bytes=100, storage_options=direct)
+    prepare(root + "-reference", direct)
+    proxy.reset_counts()
+    proxy.randomize(0.2, ("corrupt_request",), seed=seed)  # a PUT body damaged, other requests 503
+    try:
+        prepare(root, through(proxy))
+        damaged = proxy.faulted().get("corrupt_request", 0)
+    finally:
+        proxy.reset_counts()
+    assert damaged > 0
+    assert published(root, direct) == published(root + "-reference", direct)
+
+
+def outage_after_first_request(proxy, seconds: float):
+    """Start an outage of `seconds` when the next request arrives (the client is then mid-operation)."""
+    proxy.reset_counts()
+    proxy.inject("slowdown")
+    started = {}
+
+    def begin():
+        while proxy.count() == 0:
+            time.sleep(0.005)
+        proxy.outage(seconds)
+        started["at"] = time.monotonic()
+
+    import threading
+
+    t = threading.Thread(target=begin, daemon=True)
+    t.start()
+    return t, started
+
+
+def test_prepare_waits_out_an_outage_shorter_than_the_deadline(proxy, root, s3_server):
+    direct = s3_server.storage_options
+    write_webdataset(root, shards=4, samples_per_shard=10, image_bytes=50, storage_options=direct)
+    thread, _ = outage_after_first_request(proxy, OUTAGE_S)
+    prepare(root, {**through(proxy), "retry_deadline_s": OUTAGE_S * 4})
+    thread.join()
+    assert proxy.faulted().get("outage", 0) > 0
+    proxy.reset_counts()
+    assert open_storage(root, direct).exists(".nv-meta/index.sqlite")
+
+
+def test_prepare_with_a_deadline_shorter_than_the_outage_is_a_clear_error(proxy, root, s3_server):
+    direct = s3_server.storage_options
+    write_webdataset(root, shards=2, samples_per_shard=5, image_bytes=50, storage_options=direct)
+    thread, _ = outage_after_first_request(proxy, OUTAGE_S * 3)
+    options = {**through(proxy), "retries": 1, "retry_deadline_s": 0.5}
+    with pytest.raises(
+        StorageError, match=r"s3://\S+: [A-Z]+: .*ServiceUnavailable.*gave up after \d+ attempts"
+    ):
+        prepare(root, options)
+    thread.join()
+    proxy.reset_counts()
+
+
+def test_a_loader_epoch_waits_out_an_outage(proxy, root, s3_server):
+    direct = s3_server.storage_options
+    write_webdataset(root, shards=6, samples_per_shard=10, image_bytes=50, storage_options=direct)
+    prepare(root, direct)
+    expected = loader_keys(root, direct, batches=6)
+    thread, _ = outage_after_first_request(proxy, OUTAGE_S)
+    got = loader_keys(root, {**through(proxy), "retry_deadline_s": OUTAGE_S * 4}, batches=6)
+    thread.join()
+    assert proxy.faulted().get("outage", 0) > 0
+    proxy.reset_counts()
+    assert got == expected
