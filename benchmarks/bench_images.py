@@ -54,7 +54,7 @@ def _prepared(
         prepare_dataset(
             root, PrepareOptions(split_ratio=parse_split_ratio("1,0,0"), dataset_yaml=dataset_yaml)
         )
-    open_dataset(root).close()  # our side index, built once outside the timing
+    open_dataset(root, publish=True).close()  # our side index, built once outside the timing
     return root
 
 

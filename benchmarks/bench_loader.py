@@ -48,7 +48,7 @@ def _dataset(root: str, shards: int, per_shard: int) -> str:
     from energon_arrow.query import open_dataset
 
     open_dataset(
-        root
+        root, publish=True
     ).close()  # side index converted from index.sqlite and published once, outside the timing
     return root
 

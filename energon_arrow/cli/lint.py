@@ -41,7 +41,14 @@ def open_split_jobs(path, splits, dataset_config, split_config, trust_remote_cod
         if split not in known:
             empty.append(split)
             continue
-        src = open_split(storage, split, dataset_yaml=dataset_config, split_config=split_config, verify=False)
+        src = open_split(
+            storage,
+            split,
+            dataset_yaml=dataset_config,
+            split_config=split_config,
+            verify=False,
+            publish=False,
+        )
         if len(src) == 0:
             empty.append(split)
             continue

@@ -161,7 +161,7 @@ def write_row_index(storage: Storage, tables: dict[str, pa.Table] | None = None)
     when it still holds them, which saves reading them back). Returns the folder."""
     from energon_arrow.query.sideindex import load_side_index
 
-    side = load_side_index(storage)
+    side = load_side_index(storage, publish=True)
     if side.source == "index.sqlite (converted, in memory)":
         raise LoaderError(f"{storage.url}: the side index could not be published; no row index written")
     folder = storage.local_path(LOCAL_REL)

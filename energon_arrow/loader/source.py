@@ -177,13 +177,17 @@ def open_split(
     dataset_yaml: str = "dataset.yaml",
     split_config: str = "split.yaml",
     verify: bool = True,
+    publish: bool = True,
 ) -> SplitSource:
     """The effective sample table of `split` (exclusions applied, shards checked against the index) and the
     dataset.yaml of a prepared dataset, local or on S3. A `split_config` / `split_part` named in the dataset.yaml
     wins over the arguments (energon's rule); its other energon factory keys: loader/dataset_yaml_args.py.
 
     Reads O(shards + excluded samples): the shards table, split.yaml and the memory-mapped row index (built once
-    per dataset, loader/row_index.py); the split is a list of row runs whose columns are read per batch."""
+    per dataset, loader/row_index.py); the split is a list of row runs whose columns are read per batch.
+    `publish`: a dataset prepared by energon (no Parquet side index yet) gets the side index converted from its
+    index.sqlite published next to it where the store is writable, once, so that every later open is O(shards);
+    False (read-only commands such as lint) keeps the conversion in memory and writes nothing to the dataset."""
     from energon_arrow.loader.dataset_yaml_args import yaml_split_args
     from energon_arrow.meta import read_dataset_yaml
     from energon_arrow.meta.info import read_info
@@ -194,7 +198,7 @@ def open_split(
 
     storage = path if isinstance(path, Storage) else open_storage(path, storage_options)
     info = read_info(storage)
-    side = load_side_index(storage)
+    side = load_side_index(storage, publish=publish)
     shards = side.tables["shards"]
     paths = list(info.shard_counts)
     check = None

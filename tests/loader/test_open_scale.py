@@ -316,14 +316,25 @@ def test_blend_schedule_is_unchanged():
     assert hashlib.sha256(slots.tobytes()).hexdigest()[:16] == "5a76b34c6ec9aaaa"
 
 
-def test_dataset_prepared_by_energon_is_opened_without_writing_to_it(energon_prepared_root, tmp_path):
+def test_dataset_prepared_by_energon_gets_its_row_index_once(energon_prepared_root, tmp_path):
     root = str(tmp_path / "ds")
     shutil.copytree(energon_prepared_root, root)
-    first = open_split(root, "train")  # converts index.sqlite in memory: opening never writes to the dataset
+    first = open_split(root, "train")  # converts index.sqlite, publishes the side index, builds the row index
+    manifest = os.path.join(root, LOCAL_REL, "manifest.json")
+    stamp = os.stat(manifest).st_mtime_ns
     again = open_split(root, "train")
+    assert os.stat(manifest).st_mtime_ns == stamp  # reused, not rebuilt
+    assert _columns(first) == _columns(again) == _columns(_query_source(root, "train"))
+
+
+def test_a_read_only_open_writes_nothing_to_the_dataset(energon_prepared_root, tmp_path):
+    """`publish=False` (lint): the conversion of index.sqlite stays in memory, nothing is written into the dataset."""
+    root = str(tmp_path / "ds")
+    shutil.copytree(energon_prepared_root, root)
+    src = open_split(root, "train", publish=False)
     assert not os.path.exists(os.path.join(root, LOCAL_REL))
     assert not os.path.exists(os.path.join(root, ".nv-meta", "arrow"))
-    assert _columns(first) == _columns(again) == _columns(_query_source(root, "train"))
+    assert _columns(src) == _columns(_query_source(root, "train"))
 
 
 def test_shard_listing_is_one_listdir_per_folder(tmp_path, monkeypatch):
