@@ -188,18 +188,7 @@ def build_dataset(
     ds.worker_config, ds.mode = worker_config, mode
     ds.batch_size, ds.batch_drop_last = batch_size, batch_drop_last
     ds.batch_limit = limit if limit is not None and limit > 0 else None
-    # energon's finite passes (validation, and training with repeat=False over one dataset or concatenated ones):
-    # each worker takes its own slice, batched alone (energon/worker_slices.py); in training the slices are cut
-    # from the epoch's shuffled order, so len() and each rank's samples are energon's
-    finite_train = (
-        mode == "train"
-        and ds.limit is not None
-        and weights is None
-        and repetitions is None
-        and not virtual_epoch_length
-        and all(k in (1, None) for k in ds.over_epochs)
-    )
-    if mode == "val" or finite_train:
+    if mode == "val":  # energon's order: per-worker slices, batched per worker (energon/worker_slices.py)
         ds.schedule = WorkerSliceSchedule(
             [len(s) for s in sources],
             chunk,

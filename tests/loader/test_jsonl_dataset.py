@@ -252,29 +252,3 @@ def test_prepare_and_load_over_s3(tmp_path, s3_root):
     batches = list(ea.get_loader(ds))
     assert [t for b in batches for t in b.text] == [f"t{i}" for i in range(6)]
     assert batches[0].__subflavors__ == [{"s": 3}] * 3
-
-
-def test_finite_training_pass_is_split_over_workers_as_energon(tmp_path):
-    """train with repeat=False: each of the 3 x 5 global workers takes energon's slice of the pass, so each rank's
-    len() and sample count are energon's (19, 19, 17 of 55) and every sample comes once."""
-    from energon_arrow.energon.energon_len import energon_length
-
-    path = _write(tmp_path / "d.jsonl", 55)
-    prepare_jsonl(path)
-    seen = collections.Counter()
-    for rank in range(3):
-        wc = ea.WorkerConfig(rank=rank, world_size=3, num_workers=5, seed_offset=42)
-        ds = ea.get_train_dataset(
-            path,
-            worker_config=wc,
-            batch_size=1,
-            shuffle_buffer_size=None,
-            max_samples_per_sequence=None,
-            task_encoder=TE(),
-            repeat=False,
-        )
-        expected = energon_length([55], rank=rank, world_size=3, num_workers=5, batch_size=1)
-        texts = [t for item in ds for t in item[2].text]  # what the 5 workers' batches hold, in their order
-        assert len(ds) == len(texts) == expected == [19, 19, 17][rank]
-        seen.update(texts)
-    assert seen == collections.Counter(f"t{i}" for i in range(55))
