@@ -139,11 +139,14 @@ def get_train_dataset(
     A task encoder that overrides `build_train_datasets` builds the pipeline itself, as in energon: it gets
     `load_dataset(path).get_datasets(...)`'s datasets and its pipeline is returned (served by the pipeline
     loaders of energon/wrappers/)."""
-    if task_encoder is not None and _overrides(task_encoder, "build_train_datasets"):
+
+    def pipeline(te, kw: dict):
+        """energon's own pipeline for these arguments: the task encoder's build_train_datasets over
+        load_dataset(path)'s datasets."""
         loaded = _loaded_datasets(
-            task_encoder,
+            te,
             path,
-            kwargs,
+            kw,
             "get_train_dataset",
             training=True,
             split_part=split_part,
@@ -151,7 +154,7 @@ def get_train_dataset(
             max_samples_per_sequence=max_samples_per_sequence,
             shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
         )
-        return task_encoder.build_train_datasets(
+        return te.build_train_datasets(
             datasets=loaded.datasets,
             worker_config=worker_config,
             batch_size=batch_size,
@@ -162,6 +165,9 @@ def get_train_dataset(
             blend_mode=loaded.blend_mode,
             repeat=repeat,
         )
+
+    if task_encoder is not None and _overrides(task_encoder, "build_train_datasets"):
+        return pipeline(task_encoder, kwargs)
     pipeline_kwargs = dict(kwargs)
     kwargs["packing_buffer_size"] = packing_buffer_size
     req = _Request(task_encoder, kwargs, "get_train_dataset")
@@ -186,32 +192,7 @@ def get_train_dataset(
         **opened.dataset_arguments(training=True, repeat=repeat),
     )
     te = req.te
-
-    def pipeline():
-        loaded = _loaded_datasets(
-            te,
-            path,
-            dict(pipeline_kwargs),
-            "get_train_dataset",
-            training=True,
-            split_part=split_part,
-            worker_config=worker_config,
-            max_samples_per_sequence=max_samples_per_sequence,
-            shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
-        )
-        return te.build_train_datasets(
-            datasets=loaded.datasets,
-            worker_config=worker_config,
-            batch_size=batch_size,
-            batch_drop_last=batch_drop_last,
-            packing_buffer_size=packing_buffer_size,
-            virtual_epoch_length=virtual_epoch_length,
-            shuffle_buffer_size=shuffle_buffer_size,
-            blend_mode=loaded.blend_mode,
-            repeat=repeat,
-        )
-
-    ds.pipeline_recipe = pipeline
+    ds.pipeline_recipe = lambda: pipeline(te, dict(pipeline_kwargs))
     return ds
 
 
@@ -242,36 +223,13 @@ def get_val_dataset(
     """Every sample of the split once per pass, in order, sharded across ranks (energon's get_val_dataset).
     `limit`: at most that many batches per rank and pass (each pass starts over). A task encoder overriding
     `build_val_datasets` builds the pipeline itself (see get_train_dataset)."""
-    if task_encoder is not None and _overrides(task_encoder, "build_val_datasets"):
-        loaded = _loaded_datasets(
-            task_encoder,
-            path,
-            kwargs,
-            "get_val_dataset",
-            training=False,
-            split_part=split_part,
-            worker_config=worker_config,
-        )
-        return task_encoder.build_val_datasets(
-            datasets=loaded.datasets,
-            worker_config=worker_config,
-            batch_size=batch_size,
-            batch_drop_last=batch_drop_last,
-            packing_buffer_size=packing_buffer_size,
-            limit=limit,
-        )
-    pipeline_kwargs = dict(kwargs)
-    kwargs["packing_buffer_size"] = packing_buffer_size
-    req = _Request(task_encoder, kwargs, "get_val_dataset")
-    sources = req.sources(path, split_part).sources
-    ds = _val(req, sources, worker_config, batch_size, batch_drop_last, limit)
-    te = req.te
 
-    def pipeline():
+    def pipeline(te, kw: dict):
+        """energon's own pipeline for these arguments (see get_train_dataset)."""
         loaded = _loaded_datasets(
             te,
             path,
-            dict(pipeline_kwargs),
+            kw,
             "get_val_dataset",
             training=False,
             split_part=split_part,
@@ -286,7 +244,15 @@ def get_val_dataset(
             limit=limit,
         )
 
-    ds.pipeline_recipe = pipeline
+    if task_encoder is not None and _overrides(task_encoder, "build_val_datasets"):
+        return pipeline(task_encoder, kwargs)
+    pipeline_kwargs = dict(kwargs)
+    kwargs["packing_buffer_size"] = packing_buffer_size
+    req = _Request(task_encoder, kwargs, "get_val_dataset")
+    sources = req.sources(path, split_part).sources
+    ds = _val(req, sources, worker_config, batch_size, batch_drop_last, limit)
+    te = req.te
+    ds.pipeline_recipe = lambda: pipeline(te, dict(pipeline_kwargs))
     return ds
 
 
