@@ -169,6 +169,21 @@ class Storage(Backends):
             return os.path.exists(self.path_of(rel))
         return self._call(rel, lambda: self.fs.exists(self.path_of(rel)), "HEAD")
 
+    def missing_root(self) -> str | None:
+        """Why nothing is stored at this storage's root (no such folder, bucket or prefix), None when something
+        is: the reason a "not prepared" error should give instead when the path itself is wrong."""
+        if self.exists(""):
+            return None
+        if self.is_local:
+            return "no such folder"
+        bucket = self.path_of("").split("/", 1)[0]
+        if self.protocol == "s3" and not self._call("", lambda: self.fs.exists(bucket), "HEAD"):
+            return (
+                f"bucket {bucket!r} not found (no such bucket, credentials that cannot see it, or an endpoint "
+                "that is not an S3 server)"
+            )
+        return "nothing is stored under this prefix"
+
     def isdir(self, rel: str = "") -> bool:
         if self.is_local:
             return os.path.isdir(self.path_of(rel))

@@ -69,6 +69,9 @@ def read_info(storage) -> DatasetInfo:
         except NotFound:
             continue
         return parse_info(text, storage.url_of(rel), yaml=is_yaml)
+    missing = storage.missing_root()
+    if missing is not None:
+        raise MetaError(f"{storage.url}: {missing}; check the path or URL")
     raise MetaError(
         f"{storage.url_of(META_DIR)}: no {INFO_JSON} or {INFO_YAML}; the dataset is not prepared "
         "(run `energon-arrow prepare`)"

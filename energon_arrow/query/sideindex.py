@@ -162,6 +162,9 @@ def load_side_index(storage: Storage, publish: bool = False) -> SideIndex:
     """The side-index tables of the dataset at `storage`, converting energon's index.sqlite when needed (in
     memory: reading a dataset never writes to its storage; `publish=True`, for writers, stores the conversion)."""
     if not info_exists(storage):
+        missing = storage.missing_root()
+        if missing is not None:
+            raise NotPreparedError(f"{storage.url}: {missing}; check the path or URL")
         raise NotPreparedError(
             f"{storage.url} is not a prepared dataset (no .nv-meta/.info.json): run {_prepare_hint(storage)}"
         )

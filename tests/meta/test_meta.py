@@ -1,4 +1,5 @@
 import json
+import os
 import random
 
 import pytest
@@ -88,6 +89,9 @@ def test_info_round_trip(local_root):
 
 def test_info_legacy_yaml_and_errors(local_root):
     store = open_storage(local_root[0])
+    with pytest.raises(MetaError, match="no such folder"):  # the root itself is missing (issue 27)
+        read_info(store)
+    os.makedirs(local_root[0])
     with pytest.raises(MetaError, match="not prepared"):
         read_info(store)
     store.write_atomic(".nv-meta/.info.yaml", "energon_version: 2.0\nshard_counts:\n  s.tar: 4\n")

@@ -1,0 +1,42 @@
+"""A path that holds nothing (no such folder, bucket or prefix) is reported as such, not as "not prepared", by the
+query layer, the loader and the CLI alike."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+import energon_arrow as ea
+from energon_arrow.cli.main import main
+from energon_arrow.meta import MetaError
+from energon_arrow.query import open_dataset
+from energon_arrow.query.errors import NotPreparedError
+
+NOT_THERE = (MetaError, NotPreparedError)  # read_info or the side index, whichever looks first
+
+
+def test_missing_folder_and_a_folder_that_is_not_prepared(tmp_path):
+    with pytest.raises(NOT_THERE, match=r"nope: no such folder; check the path"):
+        open_dataset(str(tmp_path / "nope"))
+    with pytest.raises(NOT_THERE, match="not prepared"):
+        open_dataset(str(tmp_path))
+    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    with pytest.raises(MetaError, match=r"nope: no such folder"):
+        ea.get_val_dataset(str(tmp_path / "nope"), batch_size=1, worker_config=wc)
+
+
+@pytest.mark.s3
+def test_missing_bucket_and_empty_prefix_on_s3(s3_root, capsys):
+    url, options = s3_root
+    bucket = f"ea-missing-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(NOT_THERE, match=rf"bucket '{bucket}' not found"):
+        open_dataset(f"s3://{bucket}/ds", options)
+    with pytest.raises(NOT_THERE, match="nothing is stored under this prefix"):
+        open_dataset(url, options)
+    with pytest.raises(SystemExit) as exc:
+        main(["info", f"s3://{bucket}/ds", "--storage-options", json.dumps(options)])
+    assert exc.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"bucket '{bucket}' not found" in err[0], err
