@@ -103,13 +103,9 @@ def _epoch_texts(path, storage_options=None) -> list[str]:
     return [t for batch in ea.get_loader(ds) for t in batch.text]
 
 
-@pytest.mark.s3
-@pytest.mark.parametrize("cached", [False, True], ids=["native", "through-msc"])
-def test_prepare_query_and_load_over_msc(tmp_path, monkeypatch, s3_server, cached):
-    """A profile read natively and one read through multi-storage-client (its cache on) give the same
-    dataset as the s3:// URL: prepare writes it, DuckDB queries it, the loader yields the same samples, and an
-    energon EPath object is accepted where energon accepts one."""
-    epathlib = pytest.importorskip("megatron.energon.epathlib")
+def _msc_dataset(tmp_path, monkeypatch, s3_server, cached: bool) -> tuple[str, str]:
+    """A 12-sample WebDataset on SeaweedFS and an MSC profile naming it: (msc:// URL, the same s3:// URL).
+    `cached`: the profile turns MSC's cache on, so it is read through multi-storage-client, not natively."""
     bucket = s3_server.create_bucket("ea-tests")
     folder = uuid.uuid4().hex[:10]
     options = s3_server.storage_options
@@ -123,7 +119,17 @@ def test_prepare_query_and_load_over_msc(tmp_path, monkeypatch, s3_server, cache
         name, bucket, s3_server.endpoint_url, options["key"], options["secret"], extra=extra
     )
     _write_config(tmp_path, monkeypatch, profile, top=top)
-    url = f"msc://{name}/{folder}/ds"
+    return f"msc://{name}/{folder}/ds", f"s3://{bucket}/{folder}/ds"
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("cached", [False, True], ids=["native", "through-msc"])
+def test_prepare_query_and_load_over_msc(tmp_path, monkeypatch, s3_server, cached):
+    """A profile read natively and one read through multi-storage-client (its cache on) give the same
+    dataset as the s3:// URL: prepare writes it, DuckDB queries it, the loader yields the same samples, and an
+    energon EPath object is accepted where energon accepts one."""
+    epathlib = pytest.importorskip("megatron.energon.epathlib")
+    url, s3_url = _msc_dataset(tmp_path, monkeypatch, s3_server, cached)
     assert open_storage(url).protocol == ("msc" if cached else "s3")
 
     prepare_dataset(url, PREPARE, {})
@@ -131,7 +137,7 @@ def test_prepare_query_and_load_over_msc(tmp_path, monkeypatch, s3_server, cache
         assert ds.sql("SELECT count(*) AS n FROM samples").arrow().column("n").to_pylist() == [12]
     texts = _epoch_texts(epathlib.EPath(url))
     assert len(texts) == 12 and len(set(texts)) == 12
-    assert texts == _epoch_texts(f"s3://{bucket}/{folder}/ds", options) == _epoch_texts(url)
+    assert texts == _epoch_texts(s3_url, s3_server.storage_options) == _epoch_texts(url)
 
 
 @pytest.mark.s3
@@ -139,26 +145,11 @@ def test_workers_read_through_msc_after_the_parent_did(tmp_path, monkeypatch, s3
     """multi-storage-client runs its fsspec calls on one module-level thread pool: a DataLoader worker forked after
     the training process used it inherited the pool without its threads and waited forever on its first read.
     Each worker now gets a new pool (adapters/after_fork.py)."""
-    bucket = s3_server.create_bucket("ea-tests")
-    folder = uuid.uuid4().hex[:10]
-    options = s3_server.storage_options
-    write_webdataset(
-        f"s3://{bucket}/{folder}/ds", shards=2, samples_per_shard=6, image_bytes=8, storage_options=options
-    )
-    name = f"p{uuid.uuid4().hex[:8]}"
-    extra = "    caching_enabled: true\n"  # read through multi-storage-client, not natively
-    top = f"cache:\n  size: 200M\n  location: {tmp_path / 'msc-cache'}\n"
-    _write_config(
-        tmp_path,
-        monkeypatch,
-        _s3_profile(name, bucket, s3_server.endpoint_url, options["key"], options["secret"], extra),
-        top,
-    )
-    url = f"msc://{name}/{folder}/ds"
+    url, s3_url = _msc_dataset(tmp_path, monkeypatch, s3_server, cached=True)
     prepare_dataset(url, PREPARE, {})  # the parent's pool now has threads
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
     ds = ea.get_val_dataset(url, batch_size=4, worker_config=wc, split_part="train")
     texts = call_within(
         lambda: [t for batch in ea.get_loader(ds) for t in batch.text], 60, "a 2-worker epoch through msc://"
     )
-    assert sorted(texts) == sorted(_epoch_texts(f"s3://{bucket}/{folder}/ds", options))
+    assert sorted(texts) == sorted(_epoch_texts(s3_url, s3_server.storage_options))

@@ -55,7 +55,8 @@ def test_no_cache_pool_reads_directly(prepared_root):
     assert pool.to_cache([1], "x").get() == [1]
 
 
-def _crude_mds(dataset_copy, prepared_root, tmp_path) -> str:
+def crude_aux_mds(dataset_copy, prepared_root, tmp_path) -> str:
+    """A crude copy of the dataset, in a metadataset whose `aux: media` is the prepared dataset."""
     write_dataset_yaml(dataset_copy, "__module__: megatron.energon\n__class__: CrudeWebdataset\n")
     mds = tmp_path / "mds.yaml"
     mds.write_text(
@@ -83,7 +84,7 @@ class OwnPipeline(CachedTE):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_need_cache_cooker_gets_the_loaders_pool(dataset_copy, prepared_root, tmp_path, workers):
-    mds = _crude_mds(dataset_copy, prepared_root, tmp_path)
+    mds = crude_aux_mds(dataset_copy, prepared_root, tmp_path)
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
     ds = ea.get_train_dataset(mds, worker_config=wc, batch_size=4, task_encoder=CachedTE())
     with pytest.raises(LoaderError, match="need_cache=True"):
@@ -101,7 +102,7 @@ def test_need_cache_cooker_gets_the_loaders_pool(dataset_copy, prepared_root, tm
 
 
 def test_need_cache_cooker_in_an_own_pipeline(dataset_copy, prepared_root, tmp_path):
-    mds = _crude_mds(dataset_copy, prepared_root, tmp_path)
+    mds = crude_aux_mds(dataset_copy, prepared_root, tmp_path)
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
     ds = ea.get_train_dataset(mds, worker_config=wc, batch_size=4, task_encoder=OwnPipeline())
     loader = ea.get_loader(ds, cache_pool=ea.NoCachePool())

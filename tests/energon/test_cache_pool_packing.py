@@ -5,12 +5,10 @@ error naming it, never a hang."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import energon_arrow as ea
-from tests.loader.conftest import write_dataset_yaml
+from tests.energon.test_cache_pool import crude_aux_mds
 from tests.processes import call_within
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -53,16 +51,6 @@ class UnpicklableTE(PackingLazyTE):
     cookers = [ea.Cooker(cook_unpicklable)]
 
 
-def _mds(dataset_copy, prepared_root, tmp_path) -> str:
-    write_dataset_yaml(dataset_copy, "__module__: megatron.energon\n__class__: CrudeWebdataset\n")
-    mds = tmp_path / "mds.yaml"
-    mds.write_text(
-        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-        f"    path: {os.path.relpath(dataset_copy, tmp_path)}\n    aux:\n      media: {prepared_root}\n"
-    )
-    return str(mds)
-
-
 def _first_batches(loader, n: int) -> list:
     """`n` batches of `loader`, failing (not hanging) when they do not come within TIMEOUT_S."""
 
@@ -79,7 +67,7 @@ def _first_batches(loader, n: int) -> list:
 @pytest.mark.parametrize("pool_kind", ["file", "none"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_lazy_fields_resolved_in_the_packing_hooks(dataset_copy, prepared_root, tmp_path, workers, pool_kind):
-    mds = _mds(dataset_copy, prepared_root, tmp_path)
+    mds = crude_aux_mds(dataset_copy, prepared_root, tmp_path)
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
     ds = ea.get_train_dataset(
         mds, worker_config=wc, batch_size=2, task_encoder=PackingLazyTE(), packing_buffer_size=2
@@ -102,7 +90,7 @@ def test_lazy_fields_resolved_in_the_packing_hooks(dataset_copy, prepared_root, 
 
 
 def test_a_sample_a_worker_cannot_send_is_a_clear_error(dataset_copy, prepared_root, tmp_path):
-    mds = _mds(dataset_copy, prepared_root, tmp_path)
+    mds = crude_aux_mds(dataset_copy, prepared_root, tmp_path)
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
     ds = ea.get_train_dataset(
         mds, worker_config=wc, batch_size=2, task_encoder=UnpicklableTE(), packing_buffer_size=2

@@ -1,19 +1,5 @@
-"""Mirrors `megatron.energon.media.metadata`: the same public names, from where energon_arrow implements them."""
+"""Mirrors `megatron.energon.media.metadata`: the same public names, from where energon_arrow implements them
+(energon_arrow.media holds the list)."""
 
-from energon_arrow.index.media_metadata import (
-    AVMetadata,
-    ImageMetadata,
-    MediaMetadataBase,
-    MediaMetadataType,
-    deserialize_media_metadata,
-    serialize_media_metadata,
-)
-
-__all__ = [
-    "AVMetadata",
-    "ImageMetadata",
-    "MediaMetadataBase",
-    "MediaMetadataType",
-    "deserialize_media_metadata",
-    "serialize_media_metadata",
-]
+from energon_arrow.media import *  # noqa: F403
+from energon_arrow.media import __all__  # noqa: F401
