@@ -38,7 +38,8 @@ def device_normalizes(dataset, device) -> bool:
 
 def image_board(dataset, num_workers: int, prefetch_factor: int, device) -> SlotBoard | None:
     """The slot board for a loader of `dataset` (None when it decodes no image field into slots): enough slots
-    per worker for the batches in flight (prefetch), the one the user holds and the one being released."""
+    per worker for the batches in flight (prefetch), the one the user holds and the one being released. With a CUDA
+    target, the main process registers the slots of decoded batches in place (images/slots.py)."""
     device_decode = getattr(dataset.decoder, "image_device_decode", False)
     if not image_fields(dataset):
         if device_decode:
@@ -48,7 +49,9 @@ def image_board(dataset, num_workers: int, prefetch_factor: int, device) -> Slot
             )
         return None
     slots = (prefetch_factor if num_workers else 0) + 3
-    return SlotBoard(max(1, num_workers), slots, device_normalizes(dataset, device), device_decode)
+    # decoded batches crossing to a GPU DMA from their registered slots; compressed bytes are read by the decoder
+    pin = cuda_target(device) if not device_decode else None
+    return SlotBoard(max(1, num_workers), slots, device_normalizes(dataset, device), device_decode, pin)
 
 
 def device_images(batches: Iterable[Any], dataset, device) -> Iterable[Any]:

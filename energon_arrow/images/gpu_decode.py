@@ -122,11 +122,17 @@ def batch_tensor(images: list, channels: int, layout: str, as_float: bool, affin
     padded = bool((sizes != (height, width)).any())
     chw = channels > 1 and layout == "CHW"
     shape = pixel_shape(height, width, channels, layout)
-    u8 = (torch.zeros if padded else torch.empty)((len(images), *shape), dtype=torch.uint8, device=device)
-    for i, img in enumerate(images):
-        if img is not None:
-            src = img[0] if channels == 1 else (img if chw else img.permute(1, 2, 0))
-            _region(u8[i], img.shape[1], img.shape[2], chw).copy_(src)
+    views = [
+        None if img is None else img[0] if channels == 1 else img if chw else img.permute(1, 2, 0)
+        for img in images
+    ]
+    if not padded and all(v is not None for v in views):  # one kernel for the whole batch
+        u8 = torch.stack(views) if views else torch.empty((0, *shape), dtype=torch.uint8, device=device)
+    else:
+        u8 = torch.zeros((len(images), *shape), dtype=torch.uint8, device=device)
+        for i, (img, src) in enumerate(zip(images, views)):
+            if img is not None:
+                _region(u8[i], img.shape[1], img.shape[2], chw).copy_(src)
     if not as_float:
         return u8
     out = u8.to(torch.float32)
@@ -195,10 +201,12 @@ class DeviceDecode:
             return batch
         first = min(failed)
         part, exc = failed[first]
-        error = DecodeError(batch.__restore_key__[first][1], batch.__key__[first], part, exc)
+        # the samples' restore keys ((kind, shard, index), ...) end the batch's key (after the loader's prefix)
+        sample_keys = batch.__restore_key__[len(batch.__restore_key__) - len(batch.__key__) :]
+        error = DecodeError(sample_keys[first][1], batch.__key__[first], part, exc)
         if self.skip_errors is None:  # energon's: each to the error handler, the samples dropped
             for i, (part, exc) in sorted(failed.items()):
-                shard = batch.__restore_key__[i][1]
+                shard = sample_keys[i][1]
                 failure = DecodeError(shard, batch.__key__[i], part, exc)
                 self.hooks.load_failed(failure, {"__key__": batch.__key__[i], "__shard__": shard})
             self.skipped += len(failed)

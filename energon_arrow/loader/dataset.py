@@ -252,6 +252,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[tuple[int, int, Any, tuple]]:
         k, n = self._worker_slot()
+        in_worker = torch.utils.data.get_worker_info() is not None
         slots = SlotAllocator(self.image_slots, k)
         self.assembler.slots = slots
         self.assembler.device_normalize = self.image_slots is not None and self.image_slots.device_normalize
@@ -306,6 +307,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
                         src.release_pages()
                 leases = slots.take()
                 if batch is not None:
+                    if leases and in_worker:  # the slots the main process maps already travel by reference
+                        batch, leases = slots.sendable(batch, leases)
                     yield b, skipped, batch, leases
         finally:
             if pool is not None:

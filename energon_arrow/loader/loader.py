@@ -24,10 +24,12 @@ from energon_arrow.images.device import device_images, image_board
 from energon_arrow.images.gpu_decode import device_decoded, device_decoder
 from energon_arrow.loader.dataset import BatchDataset
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.run_ahead import run_ahead
 from energon_arrow.loader.schedule import BatchSchedule
-from energon_arrow.loader.transfer import iter_to_device
+from energon_arrow.loader.transfer import cuda_target, iter_to_device
 
 STATE_VERSION = 1
+DECODE_AHEAD = 2  # batches decoded ahead of the consumer with image_device_decode=True (loader/run_ahead.py)
 # The pipe that carries the workers' pickled batches to this process: Linux's default of 64 KiB holds less than one
 # raw-bytes batch of the loader benchmark (~150 KB), so each batch took several blocking write/read rounds and
 # context switches; at 1 MiB (the unprivileged limit, /proc/sys/fs/pipe-max-size) the local epoch ran 13% faster
@@ -88,7 +90,10 @@ class Loader:
             raise TypeError("an endless (repeat=True) loader has no length")
         return n
 
-    def _batches(self) -> Iterator[Any]:
+    def _marked_batches(self) -> Iterator[tuple[tuple, Any]]:
+        """(mark, batch) for each batch from the workers, `mark` = the loader's state once that batch is delivered
+        (next_batch, pass_open, worker_skipped); a last (mark, None) ends the pass. It writes no state after its
+        start, so a thread may run it ahead of the consumer (`_decoded_ahead`); `_delivered` applies a mark."""
         total = self.dataset.total_batches()
         if total is not None and self.next_batch >= total:
             if self._pass_open:  # left after its last batch: this iteration ends the pass
@@ -123,7 +128,7 @@ class Loader:
             widen_result_pipe(batches)
         else:
             batches = iter(dl)
-        expected = self.next_batch
+        expected, worker_skipped = self.next_batch, self._worker_skipped
         try:
             for b, skipped, batch, leases in batches:
                 if b < expected:
@@ -131,16 +136,37 @@ class Loader:
                 if board is not None:
                     board.hold(batch, leases)
                 expected = b + 1
-                self.next_batch = b + 1
-                self._pass_open = total is not None and self.next_batch >= total
-                self._worker_skipped = max(self._worker_skipped, skipped)
-                self.skipped = self._worker_skipped + self._decode_skipped
-                yield batch
+                worker_skipped = max(worker_skipped, skipped)
+                yield (expected, total is not None and expected >= total, worker_skipped), batch
         finally:
             self.dataset.image_slots = None  # the slots' memory goes with the last batches the user holds
-        if total is not None:
-            self.next_batch = max(self.next_batch, total)
-        self._pass_open = False
+            if board is not None:
+                board.clear()  # unregisters the slots it registered with CUDA
+        yield (max(expected, total) if total is not None else expected, False, worker_skipped), None
+
+    def _delivered(self, mark: tuple) -> None:
+        self.next_batch, self._pass_open, self._worker_skipped = mark
+        self.skipped = self._worker_skipped + self._decode_skipped
+
+    def _batches(self) -> Iterator[Any]:
+        """The batches from the workers, the state moved as each is delivered."""
+        items = self._marked_batches()
+        try:
+            for mark, batch in items:
+                self._delivered(mark)
+                if batch is not None:
+                    yield batch
+        finally:
+            items.close()
+
+    def _decoded_ahead(self, decoder) -> Iterator[Any]:
+        """`image_device_decode=True`: the next batches taken from the workers and decoded in a thread, up to
+        DECODE_AHEAD ahead of the consumer (loader/run_ahead.py), the state moved as each is delivered."""
+        items = iter_to_device(self._marked_batches(), self.device, depth=1)
+        for mark, batch in run_ahead(items, decoder, cuda_target(self.device), DECODE_AHEAD):
+            self._delivered(mark)
+            if batch is not None:
+                yield batch
 
     def __iter__(self) -> Iterator[Any]:
         if self._iterating:
@@ -149,7 +175,12 @@ class Loader:
         decoder = device_decoder(self.dataset, self.device)  # image_device_decode=True: images decoded here
         base = self._decode_skipped
         try:
-            batches = device_decoded(iter_to_device(self._batches(), self.device), decoder)
+            if decoder is not None and type(self)._batches is Loader._batches:
+                batches = self._decoded_ahead(decoder)
+            else:  # the energon loaders' own _batches move more state per batch: decoded in line
+                # depth 1: a batch is taken from the workers only when the previous one is delivered, so the
+                # state counts delivered batches; the copy itself stays asynchronous (side stream)
+                batches = device_decoded(iter_to_device(self._batches(), self.device, depth=1), decoder)
             for batch in device_images(batches, self.dataset, self.device):
                 if decoder is not None:
                     self._decode_skipped = base + decoder.skipped

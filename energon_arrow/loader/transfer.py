@@ -3,10 +3,13 @@
 `DeviceTransfer` takes batches that are nested dicts / lists / tuples / dataclasses of tensors (other leaves pass through
 untouched) and hands them back on the target device.
 
-- With CUDA available (and a CUDA target device): each batch is copied into a *preallocated pinned* host buffer
-  set (allocated on first use per batch layout, reused afterwards), then copied to the GPU with
-  `non_blocking=True` on a side stream. `depth` buffer sets rotate (double-buffered by default), so the copy of
-  batch i+1 overlaps the consumer's compute on batch i. The consumer stream waits on the copy event before the
+- With CUDA available (and a CUDA target device): each pageable leaf is copied into a *preallocated pinned*
+  host buffer set (allocated on first use per layout, reused afterwards), then copied to the GPU with
+  `non_blocking=True` on a side stream. A leaf already in page-locked memory (`is_pinned()`: pinned tensors, and
+  image batch slots registered in place by their board, loader/host_pins.py) is copied straight from where it is,
+  and the stage keeps it referenced until its copy has finished (so its owner cannot recycle it early).
+  `depth` buffer sets rotate (double-buffered by default), so the copy of batch i+1 overlaps the consumer's
+  compute on batch i. The consumer stream waits on the copy event before the
   batch is returned, and the device tensors are `record_stream`-ed so the caching allocator never recycles them
   early.
 - A leaf broadcast over the batch (batch stride 0) crosses as its one row and is expanded again on the device.
@@ -110,6 +113,7 @@ class DeviceTransfer:
         self._sets: list[_PinnedSet | None] = [None] * depth
         self._slot = 0
         self._stream = torch.cuda.Stream(device=self.device) if self.device is not None else None
+        self._reading: collections.deque = collections.deque()  # (event, pinned-in-place sources being read)
 
     @property
     def enabled(self) -> bool:
@@ -131,20 +135,33 @@ class DeviceTransfer:
         """Begin the copy of `batch`; returns a handle for `finish`. On the host path the handle is the batch."""
         if self.device is None:
             return batch
+        self.release_finished()
         leaves = tensor_leaves(batch)
         sends = [sent_part(t) for t in leaves]
-        layout = tuple((tuple(t.shape), t.dtype) for t in sends)
-        pinned = self._pinned_for(layout)
-        for buf, t in zip(pinned.buffers, sends):
-            if t.is_pinned():
-                continue
-            buf.copy_(t)
-        srcs = [t if t.is_pinned() else buf for buf, t in zip(pinned.buffers, sends)]
+        in_place = [t.is_pinned() for t in sends]
+        srcs = list(sends)
+        if not all(in_place):  # stage what is pageable in this slot's pinned buffers
+            staged = [(i, t) for i, t in enumerate(sends) if not in_place[i]]
+            pinned = self._pinned_for(tuple((tuple(t.shape), t.dtype) for _, t in staged))
+            for buf, (i, t) in zip(pinned.buffers, staged):
+                buf.copy_(t)
+                srcs[i] = buf
         with torch.cuda.stream(self._stream):
             outs = [s.to(self.device, non_blocking=True) for s in srcs]
-            pinned.event = torch.cuda.Event()
-            pinned.event.record(self._stream)
-        return batch, outs, pinned.event, [t.shape for t in leaves]
+            event = torch.cuda.Event()
+            event.record(self._stream)
+        if not all(in_place):
+            pinned.event = event
+        if any(in_place):  # DMA straight from the caller's pinned memory: keep it referenced until read
+            self._reading.append((event, [t for t, p in zip(sends, in_place) if p]))
+        return batch, outs, event, [t.shape for t in leaves]
+
+    def release_finished(self) -> None:
+        """Drop the references to pinned-in-place sources whose copies have finished. A recycled batch slot is
+        handed back to its worker only once nothing refers to it (images/slots.py), so a slot is never
+        rewritten while a copy still reads it."""
+        while self._reading and self._reading[0][0].query():
+            self._reading.popleft()
 
     def finish(self, handle: Any) -> Any:
         """The batch on the target device; the current stream waits for its copy."""

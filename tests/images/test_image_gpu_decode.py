@@ -290,3 +290,13 @@ def test_real_torchvision_matches_pillow(varied_root, mode):
         dev = list(Loader(_val(varied_root, image_decode=mode, image_device_decode=True), device="cuda"))
         for a, r in zip(dev, ref):
             assert a.image.is_cuda and (a.image.cpu().int() - r.image.int()).abs().float().mean() < 2
+
+
+def test_a_failed_image_names_its_shard_and_sample(mixed_root, standin):
+    """Without skip_errors the first image that neither decoder takes is a DecodeError naming its own shard and
+    key (the samples' restore keys follow the loader's prefix in the batch's restore key)."""
+    loader = ea.get_loader(_val(mixed_root, workers=0, image_decode="torchrgb8", image_device_decode=True))
+    with pytest.raises(DecodeError) as info:
+        list(loader)
+    assert info.value.shard.startswith("shards/shard-") and info.value.shard.endswith(".tar")
+    assert info.value.key.endswith("_corrupt") and info.value.part == "jpg"
