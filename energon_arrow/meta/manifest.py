@@ -253,3 +253,12 @@ def update_manifest(storage, changed: dict[str, FileDigest]) -> None:
     storage.write_atomic(MANIFEST_REL, manifest_bytes(files, manifest.editable))
     forget_manifest(storage)
 
+
+
+def read_text_verified(storage, rel: str, encoding: str = "utf-8") -> str:
+    """`read_verified` decoded (a StorageError naming the URL and offset when it is not valid `encoding`)."""
+    data = read_verified(storage, rel)
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise StorageError(storage.url_of(rel), f"not valid {encoding} at byte offset {exc.start}") from None
