@@ -36,7 +36,7 @@ from energon_arrow.index.schema import (
 )
 from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_KEY, identity
 from energon_arrow.meta.info import info_exists
-from energon_arrow.meta.manifest import check_size, manifest_of, read_verified
+from energon_arrow.meta.manifest import IntegrityError, check_size, manifest_of, read_verified
 from energon_arrow.meta.uuid_file import read_index_uuid
 from energon_arrow.query.errors import NotPreparedError, StaleIndexError
 
@@ -106,6 +106,8 @@ def _read_footer(storage: Storage, rel: str) -> pq.FileMetaData:
         with storage.retrying_fs.open(storage.path_of(rel), "rb") as f:
             check_size(storage, rel, f.size)
             return pq.read_metadata(f)
+    except IntegrityError:
+        raise
     except FileNotFoundError:
         raise NotPreparedError(
             f"{storage.url_of(rel)}: side index file missing; rebuild it with {_prepare_hint(storage)}"
