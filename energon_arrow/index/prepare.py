@@ -37,7 +37,6 @@ from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.prepare_result import BadShard, PrepareResult
 from energon_arrow.index.resume import WORK_DIR, WorkFolder
 from energon_arrow.index.workers import default_workers, index_shards, shard_indexes
-from energon_arrow.meta import manifest as digests
 from energon_arrow.meta import (
     DATASET_YAML,
     INDEX_SQLITE,
@@ -62,6 +61,7 @@ from energon_arrow.meta import (
     tar_index_name,
     unmatched_parts,
 )
+from energon_arrow.meta import manifest as digests
 from energon_arrow.tar import TarFormatError
 
 

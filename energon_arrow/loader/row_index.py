@@ -181,7 +181,9 @@ def open_row_index(
                 if index is None:
                     build_row_index(storage, counts, tables, folder, identity)
                     index = _load(folder, identity, len(counts))
-        except StorageError:  # reading the dataset failed (or did not match its manifest): not a place problem
+        except (
+            StorageError
+        ):  # reading the dataset failed (or did not match its manifest): not a place problem
             raise
         except OSError as exc:  # not writable: try the next place
             last = exc

@@ -254,7 +254,6 @@ def update_manifest(storage, changed: dict[str, FileDigest]) -> None:
     forget_manifest(storage)
 
 
-
 def read_text_verified(storage, rel: str, encoding: str = "utf-8") -> str:
     """`read_verified` decoded (a StorageError naming the URL and offset when it is not valid `encoding`)."""
     data = read_verified(storage, rel)

@@ -150,7 +150,9 @@ def _has_summary(storage: Storage, side: SideIndex) -> bool:
     """Whether `.nv-meta/arrow/summary.parquet` exists and describes this side index (an unreadable or stale one
     is ignored: `Dataset.ensure_summary` computes it again)."""
     rel = f"{SIDE_INDEX_DIR}/{SUMMARY_FILE}"
-    if _listed(storage, rel):  # prepare wrote it: read whole and checked (a mismatch is an error, not a rebuild)
+    if _listed(
+        storage, rel
+    ):  # prepare wrote it: read whole and checked (a mismatch is an error, not a rebuild)
         table = read_parquet(storage, rel)
         if (table.schema.metadata or {}).get(SUMMARY_KEY) != side.identity():
             return False

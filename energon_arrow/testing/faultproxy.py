@@ -32,7 +32,11 @@ _ERRORS = {
     "error500": (500, "InternalError", "We encountered an internal error. Please try again."),
     "error429": (429, "TooManyRequests", "Too many requests."),
 }
-_BODY_FAULTS = {"stall", "truncate", "corrupt_response"}  # GET only: a HEAD or PUT answer has no body to withhold
+_BODY_FAULTS = {
+    "stall",
+    "truncate",
+    "corrupt_response",
+}  # GET only: a HEAD or PUT answer has no body to withhold
 _REQUEST_FAULTS = {"corrupt_request"}  # PUT only: a request body to damage
 
 
@@ -180,7 +184,9 @@ class FaultProxy:
             if _error(f) is None and f not in _BODY_FAULTS | _REQUEST_FAULTS and f != "reset"
         }
         if unknown:
-            known = ", ".join(["reset", "stall", "truncate", "corrupt_response", "corrupt_request", "503:<Code>", *_ERRORS])
+            known = ", ".join(
+                ["reset", "stall", "truncate", "corrupt_response", "corrupt_request", "503:<Code>", *_ERRORS]
+            )
             raise ValueError(f"unknown faults {sorted(unknown)}; known: {known}")
 
     def reset_counts(self) -> None:

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,7 +43,7 @@ def prepared(template, tmp_path):
 
 
 def _flip(path: str, at: int | None = None) -> None:
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     at = len(data) // 2 if at is None else at
     data[at] ^= 0x01
     with open(path, "wb") as f:
@@ -54,7 +55,7 @@ def _scalar(ds, query: str):
 
 
 def test_manifest_lists_every_published_file_with_its_digest(prepared):
-    manifest = json.load(open(os.path.join(prepared, MANIFEST_REL)))
+    manifest = json.loads(Path(prepared, MANIFEST_REL).read_bytes())
     published = {
         os.path.relpath(os.path.join(d, n), prepared)
         for d, _, names in os.walk(prepared)
@@ -65,7 +66,7 @@ def test_manifest_lists_every_published_file_with_its_digest(prepared):
     assert {".nv-meta/index.sqlite", ".nv-meta/index.uuid", ".nv-meta/arrow/summary.parquet"} <= published
     assert sum(rel.endswith(".tar.idx") for rel in published) == 4
     for rel, entry in manifest["files"].items():
-        data = open(os.path.join(prepared, rel), "rb").read()
+        data = Path(prepared, rel).read_bytes()
         assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, rel
     assert manifest["editable"] == [".nv-meta/split.yaml"]
 
@@ -80,7 +81,11 @@ def test_a_flipped_byte_is_a_clear_error(prepared, rel):
         open_dataset(prepared)
     message = str(err.value)
     assert message.startswith(os.path.join(prepared, rel) + ": differs from what prepare recorded")
-    assert "expected" in message and "read" in message and f"re-run `energon-arrow prepare {prepared}`" in message
+    assert (
+        "expected" in message
+        and "read" in message
+        and f"re-run `energon-arrow prepare {prepared}`" in message
+    )
 
 
 def test_a_resized_rows_file_is_an_error_and_a_flipped_one_is_caught_by_the_row_index_build(prepared):
@@ -103,7 +108,9 @@ def test_a_resized_rows_file_is_an_error_and_a_flipped_one_is_caught_by_the_row_
 def test_a_flipped_tar_index_is_an_error(prepared):
     shard = "shards/shard-000001.tar"
     _flip(os.path.join(prepared, shard + ".idx"), 3)
-    with pytest.raises(IntegrityError, match=r"shard-000001.tar.idx: differs .* re-run `energon-arrow prepare"):
+    with pytest.raises(
+        IntegrityError, match=r"shard-000001.tar.idx: differs .* re-run `energon-arrow prepare"
+    ):
         read_tar_index(open_storage(prepared), shard)
 
 
@@ -130,7 +137,7 @@ def test_a_damaged_row_index_is_rebuilt_not_used(prepared):
     index = open_row_index(storage, shards, {})
     assert index.folder == storage.local_path(LOCAL_REL)  # prepare wrote it
     rows, keys = np.array(index.rows), index.keys().to_pylist()
-    manifest = json.load(open(os.path.join(index.folder, "manifest.json")))
+    manifest = json.loads(Path(index.folder, "manifest.json").read_bytes())
     assert all(s.startswith(".nv-meta/arrow/") and "=sha256:" in s for s in manifest["source"][:3])
     with open(os.path.join(index.folder, "rows.npy"), "r+b") as f:  # cut short
         f.truncate(os.path.getsize(f.name) - 16)
