@@ -98,7 +98,11 @@ class MediaPass:
 
 
 def _publish(storage, local: str) -> None:
-    """Replace the dataset's index.sqlite with the file `local` in one step (rename / one PUT)."""
+    """Replace the dataset's index.sqlite with the file `local` in one step (rename / one PUT), then its entry in
+    the dataset's manifest (when prepare wrote one: meta.manifest)."""
+    from energon_arrow.meta.manifest import digest_of_file, update_manifest
+
+    digest = digest_of_file(local)
     if storage.is_local:
         final = storage.local_path(SQLITE_REL)
         if os.path.dirname(os.path.dirname(local)) != os.path.dirname(final):  # built elsewhere (--tmp-path)
@@ -109,6 +113,7 @@ def _publish(storage, local: str) -> None:
     else:
         with open(local, "rb") as f:
             storage.write_atomic(SQLITE_REL, f.read())
+    update_manifest(storage, {SQLITE_REL: digest})
 
 
 def _tasks(storage, media_filter: MediaFilterConfig, new: str) -> list[tuple]:

@@ -5,8 +5,9 @@ previous side index, or whose size and content fingerprint do (copies, uploads),
 prepare); take the rows an interrupted prepare kept in `.nv-meta/.prepare-work` (`resume.py`, unless `force`);
 index the others in parallel (`workers.py`, which also writes each shard's `.tar.idx` and work entry); insert the
 rows into `index.sqlite` (unless `energon_index=False`) and stream the Parquet side indexes as shards complete, in
-shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end (`Storage.publish_folder`),
-then remove the work folder. Everything is built in a private temporary folder, so an error or an interrupt
+shard order; split shards (`meta.split`); publish `.nv-meta` as one set at the end (`Storage.publish_folder`)
+with `arrow/manifest.json` (`meta.manifest`: size and SHA-256 of every published file, `.tar.idx` included; on
+object stores one PUT after the `index.uuid` marker), then remove the work folder. Everything is built in a private temporary folder, so an error or an interrupt
 leaves the previous `.nv-meta` as it was (and the work entries for the next run).
 
 Bad shards (`TarFormatError`, duplicate keys across shards) fail the prepare, or with `skip_bad_shards` are left
@@ -56,8 +57,11 @@ from energon_arrow.meta import (
     ratio_split,
     sample_loader_py,
     split_yaml_bytes,
+    tar_index_bytes,
+    tar_index_name,
     unmatched_parts,
 )
+from energon_arrow.meta import manifest as digests
 from energon_arrow.tar import TarFormatError
 
 
@@ -251,6 +255,7 @@ def prepare_dataset(
         side = SideIndexWriter(build, plan.shards, energon_index=options.energon_index)
         counts: dict[str, int] = {}
         part_types: Counter = Counter()
+        recorded: dict[str, digests.FileDigest] = {}  # the manifest's entries (paths relative to the root)
         for f, index in shard_indexes(storage, plan, scanned, result):
             if isinstance(index, TarFormatError):
                 if not options.skip_bad_shards:
@@ -269,6 +274,8 @@ def prepare_dataset(
             if media is not None:
                 media.add_shard(f.path, index, plan.reuse[f.path])
             counts[f.path] = index.sample_count
+            # the bytes every `.tar.idx` of the set holds (written now, or kept: reused and resumed shards)
+            recorded[tar_index_name(f.path)] = digests.digest_of_bytes(tar_index_bytes(index.tar_index()))
             for row in pc.value_counts(index.part_names).to_pylist():
                 part_types[row["values"]] += row["counts"]
             if progress is not None:
@@ -281,16 +288,22 @@ def prepare_dataset(
         with cf.ThreadPoolExecutor(1, thread_name_prefix="ea-sqlite") as pool:
             # index.sqlite's last pages and SQLite's check of the file (the GIL released) while the side index
             # is closed; an error of either waits for the other before it propagates
-            finished = pool.submit(sqlite.finish) if sqlite is not None else None
+            # (and its digest, unless media metadata is added to it below)
+            finished = pool.submit(_finish_sqlite, sqlite, media is None) if sqlite is not None else None
             side_files = side.close()
             side_tables, side = side.tables, None
+            for name, path in side_files.items():
+                recorded[f"{META_DIR}/{name}"] = digests.digest_of_file(path)
             if finished is not None:
-                finished.result()
+                sqlite_digest = finished.result()
                 sqlite = None
                 files_out[INDEX_SQLITE] = os.path.join(build, INDEX_SQLITE)
         if media is not None:
             result.media = media.finish_into(files_out[INDEX_SQLITE], result.warnings)
             media = None
+            sqlite_digest = digests.digest_of_file(files_out[INDEX_SQLITE])
+        if INDEX_SQLITE in files_out:
+            recorded[f"{META_DIR}/{INDEX_SQLITE}"] = sqlite_digest
         if not storage.is_local:  # the largest file goes up while the rest is written; the marker last
             upload = RemoteFolderUpload(storage, META_DIR)
             if INDEX_SQLITE in files_out:
@@ -302,6 +315,10 @@ def prepare_dataset(
             check_unique_keys(os.path.join(build, SIDE_INDEX_NAMES["samples"]), list(counts))
         files_out.update(small)
         files_out[INDEX_UUID] = new_index_uuid()
+        for name in (*small, INDEX_UUID):
+            recorded[f"{META_DIR}/{name}"] = digests.digest_of_bytes(files_out[name])
+        editable = {f"{META_DIR}/{name}" for name in small if name != INFO_JSON}  # split.yaml, dataset yaml
+        manifest = digests.manifest_bytes(recorded, editable)
         if upload is not None:
             for name, content in files_out.items():
                 if name not in (INDEX_SQLITE, INDEX_UUID):
@@ -317,7 +334,9 @@ def prepare_dataset(
             # the stale row index and this run's work entries are not carried over; the old set is deleted on a
             # helper thread while the new row index is written (freeing its blocks is I/O, not CPU)
             drop = [posixpath.relpath(p, META_DIR) for p in (LOCAL_REL, WORK_DIR)]
+            files_out[digests.MANIFEST_NAME] = manifest  # in the same swap: the set and its manifest at once
             old = storage.publish_folder(META_DIR, files_out, keep_existing=True, drop=drop, remove_old=False)
+            digests.forget_manifest(storage)
             if old is not None:
                 remover = threading.Thread(target=shutil.rmtree, args=(old, True), name="ea-remove-old")
                 remover.start()
@@ -326,6 +345,8 @@ def prepare_dataset(
         else:
             upload.finish(INDEX_UUID, files_out[INDEX_UUID])
             upload = None
+            storage.write_atomic(digests.MANIFEST_REL, manifest)  # last: it vouches for the set
+            digests.forget_manifest(storage)
         _clear_work(storage, result)
         _totals(result, plan.shards, counts, part_types, split)
     except BaseException:
@@ -346,6 +367,12 @@ def prepare_dataset(
             remover.join()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _finish_sqlite(sqlite, with_digest: bool):
+    """Finish index.sqlite (its last pages, SQLite's quick check) and hash it while it is in the page cache."""
+    sqlite.finish()
+    return digests.digest_of_file(sqlite.path) if with_digest else None
 
 
 def _clear_work(storage, result: PrepareResult) -> None:

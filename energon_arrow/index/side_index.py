@@ -283,7 +283,11 @@ class SideIndex:
 
 
 def _open_parquet(storage, rel: str) -> pq.ParquetFile:
-    """A side-index file opened for reading in place (local) or by ranged reads (object stores)."""
+    """A side-index file opened for reading in place (local) or by ranged reads (object stores); read whole and
+    checked when the dataset's manifest lists it (`open_verified_parquet`)."""
+    verified = open_verified_parquet(storage, rel)
+    if verified is not None:
+        return verified
     if storage.is_local:
         path = storage.local_path(rel)
         if not os.path.exists(path):
@@ -295,17 +299,61 @@ def _open_parquet(storage, rel: str) -> pq.ParquetFile:
         raise NotFound(storage.url_of(rel), "no such file") from None
 
 
+def open_verified_parquet(storage, rel: str) -> pq.ParquetFile | None:
+    """`rel` as a ParquetFile over bytes checked against the dataset's manifest (`meta.manifest`), None when the
+    manifest does not list it. Local: the file memory-mapped, hashed, then parsed from the same mapping. Object
+    stores: streamed into an unnamed local temporary file while hashed (bounded memory), fetched again on a
+    mismatch (the storage's retry budget), then parsed from a mapping of that file. IntegrityError when it never
+    matches; NotFound when it is missing."""
+    from energon_arrow.meta import manifest as digests
+
+    manifest = digests.manifest_of(storage)
+    if manifest is None or manifest.entry(rel) is None:
+        return None
+    if storage.is_local:
+        path = storage.local_path(rel)
+        if not os.path.exists(path):
+            raise NotFound(storage.url_of(rel), "no such file")
+
+        def read():
+            return pa.memory_map(path).read_buffer()  # zero-copy: hashing reads the pages parsing uses
+    else:
+
+        def read():
+            return _fetch_to_temp(storage, rel)
+
+    buffer = digests.read_verified(storage, rel, read)
+    return pq.ParquetFile(pa.BufferReader(buffer))
+
+
+def _fetch_to_temp(storage, rel: str) -> pa.Buffer:
+    """The whole object `rel` in an unnamed local temporary file, mapped (the mapping outlives the file)."""
+    import mmap
+    import tempfile
+
+    with tempfile.TemporaryFile(prefix="ea-verified-") as f:
+        for chunk in storage.iter_chunks(rel):
+            f.write(chunk)
+        f.flush()
+        if not f.tell():
+            return pa.py_buffer(b"")
+        return pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
 def read_side_index(storage) -> SideIndex | None:
     """The previous side index for an incremental prepare; None when there is none usable - missing, of another
     schema, unreadable (a 0-byte or cut object left by a publish that was killed on an object store) or files of
     different prepares (a publish cut off between them): the prepare then indexes every shard again, which is what
-    completes such a torn publish."""
+    completes such a torn publish. A file that does not match the dataset's manifest after the retries counts as
+    unreadable (the prepare that re-indexes is what the error would ask for)."""
+    from energon_arrow.meta.manifest import IntegrityError
+
     files = {}
     try:
         for name, rel in SIDE_INDEX_NAMES.items():
             files[name] = _open_parquet(storage, f"{SIDE_INDEX_DIR.split('/', 1)[0]}/{rel}")
         shards = with_optional_columns(files["shards"].read(), "shards")
-    except (NotFound, pa.ArrowInvalid):
+    except (NotFound, pa.ArrowInvalid, IntegrityError):
         return None
     if shards.schema.names != SHARDS_SCHEMA.names:
         return None

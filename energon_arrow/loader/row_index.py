@@ -3,8 +3,9 @@
 Rows are the dataset's samples in (shard_id, sample_index) order, so the row of sample i of shard s is
 `shard_starts[s] + i` and a split is a list of row runs (loader/split_rows.py). Files of one row index folder:
 
-- `manifest.json`: version, row and shard counts, part names, and the identity of the side index it was built
-  from (a rebuilt side index makes the folder stale);
+- `manifest.json`: version, row and shard counts, part names, the size of every other file of the folder, and
+  the identity of the side index it was built from (a rebuilt side index makes the folder stale): the SHA-256 of
+  its files from the dataset's manifest (`meta.manifest`) when it has one, else their size and mtime / ETag;
 - `shard_starts.npy`: int64 [shards + 1], cumulative sample counts;
 - `rows.npy`: int64 [rows, 2], byte_offset and byte_size of each sample (headers included);
 - `part-<i>.npy`: int64 [rows, 2] per part name (manifest order): payload offset relative to byte_offset (-1
@@ -17,6 +18,12 @@ use when the folder is writable), else a node-local cache folder `$ENERGON_ARROW
 temporary folder that is renamed into place, so readers never see a partial index. The first build takes an
 exclusive lock on `<folder>.lock` (`build_lock`): ranks and processes of one node opening the dataset together
 wait for the one that builds it, then map its result.
+
+Never poisoned: with a dataset manifest the build reads `samples.parquet` and `parts.parquet` whole and checks
+them against it first (`index.side_index.open_verified_parquet`: a damaged response is fetched again, a damaged
+file is an IntegrityError), so a folder holds only rows of files that matched the digests naming it. A folder
+that fails its own check (unreadable or missing manifest, a file of another size, arrays that disagree) is
+rebuilt, not used.
 """
 
 from __future__ import annotations
@@ -78,9 +85,11 @@ def default_cache_dir() -> str:
 
 
 def side_identity(storage: Storage, in_memory: bool) -> list[str]:
-    """What identifies the side index a row index is built from: the Parquet files' (or, for an index.sqlite
-    converted in memory, that file's) size and mtime / ETag, and the dataset's index.uuid."""
+    """What identifies the side index a row index is built from: the SHA-256 of the Parquet files recorded in the
+    dataset's manifest, else the Parquet files' (or, for an index.sqlite converted in memory, that file's) size and
+    mtime / ETag; and the dataset's index.uuid."""
     from energon_arrow.index.from_sqlite import SQLITE_REL
+    from energon_arrow.meta.manifest import manifest_of
     from energon_arrow.meta.uuid_file import read_index_uuid
 
     rels = (
@@ -88,7 +97,12 @@ def side_identity(storage: Storage, in_memory: bool) -> list[str]:
         if in_memory
         else [f"{SIDE_INDEX_DIR}/{n}.parquet" for n in ("shards", "samples", "parts")]
     )
-    return [f"{rel}={storage.stat(rel).identity}" for rel in rels] + [f"uuid={read_index_uuid(storage)}"]
+    manifest = None if in_memory else manifest_of(storage)
+    if manifest is not None and all(manifest.digest(rel) for rel in rels):
+        ids = [f"{rel}=sha256:{manifest.digest(rel)}" for rel in rels]
+    else:
+        ids = [f"{rel}={storage.stat(rel).identity}" for rel in rels]
+    return ids + [f"uuid={read_index_uuid(storage)}"]
 
 
 def _load(folder: str, identity: list[str], shard_count: int) -> RowIndex | None:
@@ -99,11 +113,23 @@ def _load(folder: str, identity: list[str], shard_count: int) -> RowIndex | None
     except (OSError, ValueError):
         return None
     if (
-        manifest.get("version") != ROW_INDEX_VERSION
+        not isinstance(manifest, dict)
+        or manifest.get("version") != ROW_INDEX_VERSION
         or manifest.get("source") != identity
         or manifest.get("shards") != shard_count
     ):
         return None
+    try:
+        return _map(folder, manifest)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):  # truncated, missing or damaged: rebuild
+        return None
+
+
+def _map(folder: str, manifest: dict) -> RowIndex | None:
+    """The mapped arrays of a folder whose manifest matched, None when they fail the folder's own checks."""
+    for name, size in (manifest.get("files") or {}).items():  # recorded since the cache checks itself
+        if os.path.getsize(os.path.join(folder, name)) != size:
+            return None
 
     def npy(name: str) -> np.ndarray:
         return np.load(os.path.join(folder, name), mmap_mode="r")
@@ -115,7 +141,15 @@ def _load(folder: str, identity: list[str], shard_count: int) -> RowIndex | None
     parts = {name: npy(f"part-{i}.npy") for i, name in enumerate(manifest["parts"])}
     index = RowIndex(npy("shard_starts.npy"), npy("rows.npy") if n else np.zeros((0, 2), np.int64), parts,
                      offsets, data, folder)  # fmt: skip
-    if len(index) != n or len(index.rows) != n:
+    if (
+        len(index) != n
+        or len(index.rows) != n
+        or len(offsets) != n + 1
+        or int(offsets[0]) != 0
+        or len(data) != chars
+        or len(index.shard_starts) != manifest["shards"] + 1
+        or any(len(p) != n for p in parts.values())
+    ):
         return None
     return index
 
@@ -147,6 +181,10 @@ def open_row_index(
                 if index is None:
                     build_row_index(storage, counts, tables, folder, identity)
                     index = _load(folder, identity, len(counts))
+        except (
+            StorageError
+        ):  # reading the dataset failed (or did not match its manifest): not a place problem
+            raise
         except OSError as exc:  # not writable: try the next place
             last = exc
             continue
@@ -195,11 +233,14 @@ def _batches(storage: Storage, tables: dict[str, pa.Table], name: str, columns: 
         return
     import pyarrow.parquet as pq
 
+    from energon_arrow.index.side_index import open_verified_parquet
+
     rel = f"{SIDE_INDEX_DIR}/{name}.parquet"
     try:
-        if storage.is_local:
+        pf = open_verified_parquet(storage, rel)  # None: no manifest lists it (read in place, unchecked)
+        if pf is None and storage.is_local:
             pf = pq.ParquetFile(storage.local_path(rel), memory_map=True)
-        else:
+        elif pf is None:
             pf = pq.ParquetFile(storage.retrying_fs.open(storage.path_of(rel), "rb"))
         yield from pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
     except (OSError, pa.ArrowException) as exc:
@@ -312,6 +353,7 @@ def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identit
         "shards": len(counts),
         "parts": names,
         "source": identity,
+        "files": {name: os.path.getsize(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))},
     }
     with open(os.path.join(tmp, "manifest.json"), "w") as f:
         json.dump(manifest, f)

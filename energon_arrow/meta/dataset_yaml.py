@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from energon_arrow.meta._yaml import dump_yaml, parse_yaml_tracked
 from energon_arrow.meta.constants import DATASET_YAML, META_DIR
 from energon_arrow.meta.errors import MetaError
+from energon_arrow.meta.manifest import read_text_verified
 from energon_arrow.meta.sample_types import ALL_TYPE_NAMES, CRUDE, SAMPLE_TYPES
 
 ENERGON_MODULE = "megatron.energon"
@@ -231,7 +232,7 @@ def parse_dataset_yaml(text: str, where: str = DATASET_YAML) -> DatasetYaml:
 
 def read_dataset_yaml(storage, name: str = DATASET_YAML) -> DatasetYaml:
     rel = f"{META_DIR}/{name}"
-    return parse_dataset_yaml(storage.read_text(rel), storage.url_of(rel))
+    return parse_dataset_yaml(read_text_verified(storage, rel), storage.url_of(rel))  # user-editable
 
 
 def dataset_yaml_bytes(d: DatasetYaml) -> bytes:

@@ -16,6 +16,7 @@ from energon_arrow.adapters import NotFound
 from energon_arrow.meta._yaml import parse_json, parse_yaml
 from energon_arrow.meta.constants import ENERGON_VERSION, INFO_JSON, INFO_YAML, META_DIR
 from energon_arrow.meta.errors import MetaError
+from energon_arrow.meta.manifest import read_text_verified
 
 
 @dataclass
@@ -65,7 +66,7 @@ def read_info(storage) -> DatasetInfo:
     for name, is_yaml in ((INFO_JSON, False), (INFO_YAML, True)):
         rel = f"{META_DIR}/{name}"
         try:
-            text = storage.read_text(rel)
+            text = read_text_verified(storage, rel)
         except NotFound:
             continue
         return parse_info(text, storage.url_of(rel), yaml=is_yaml)

@@ -30,6 +30,7 @@ from energon_arrow.meta._yaml import dump_yaml, parse_json, parse_yaml, parse_ya
 from energon_arrow.meta.braces import check_all, collapse_names, expand_all, expand_braces
 from energon_arrow.meta.constants import META_DIR, SPLIT_YAML
 from energon_arrow.meta.errors import MetaError
+from energon_arrow.meta.manifest import read_text_verified
 from energon_arrow.meta.split_lines import parse_split_lines
 
 DEFAULT_SPLIT_NAMES = ("train", "val", "test")
@@ -111,7 +112,8 @@ def parse_split(text: str, where: str = SPLIT_YAML, json_format: bool = False) -
 def read_split(storage, name: str = SPLIT_YAML) -> SplitConfig:
     rel = f"{META_DIR}/{name}"
     try:
-        return parse_split(storage.read_text(rel), storage.url_of(rel), json_format=name.endswith(".json"))
+        text = read_text_verified(storage, rel)  # user-editable: an edit is used, a damaged read is not
+        return parse_split(text, storage.url_of(rel), json_format=name.endswith(".json"))
     except NotFound:
         if name != SPLIT_YAML:
             raise

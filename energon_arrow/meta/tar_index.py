@@ -12,6 +12,7 @@ import posixpath
 import numpy as np
 
 from energon_arrow.meta.errors import MetaError
+from energon_arrow.meta.manifest import read_verified
 
 
 def tar_index_name(shard: str) -> str:
@@ -25,7 +26,7 @@ def tar_index_bytes(offsets) -> bytes:
 
 def read_tar_index(storage, shard: str) -> np.ndarray:
     rel = tar_index_name(shard)
-    data = storage.read_bytes(rel)
+    data = read_verified(storage, rel)
     if len(data) % 8 or not data:
         raise MetaError(f"{storage.url_of(rel)}: size {len(data)} is not a positive multiple of 8")
     return np.frombuffer(data, dtype=np.uint64).astype(np.int64)

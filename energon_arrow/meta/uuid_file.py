@@ -6,6 +6,7 @@ import uuid
 
 from energon_arrow.adapters import NotFound
 from energon_arrow.meta.constants import INDEX_UUID, META_DIR
+from energon_arrow.meta.manifest import read_text_verified
 
 
 def new_index_uuid() -> bytes:
@@ -14,6 +15,6 @@ def new_index_uuid() -> bytes:
 
 def read_index_uuid(storage) -> str | None:
     try:
-        return storage.read_text(f"{META_DIR}/{INDEX_UUID}").strip()
+        return read_text_verified(storage, f"{META_DIR}/{INDEX_UUID}").strip()
     except NotFound:
         return None

@@ -88,7 +88,12 @@ class Dataset:
         self._excludes = excludes
         self._resolved: pa.Table | None = None  # `exclusions()`, once resolved
         self._resolve_lock = threading.Lock()
-        self._con = catalog.connect(storage, base, splits, excludes, limits, summary=side.summary)
+        # a summary read (and checked) whole is queried from memory, not read again
+        self._con = catalog.connect(
+            storage, base, splits, excludes, limits, summary=side.summary and side.summary_table is None
+        )
+        if side.summary_table is not None:
+            catalog.use_summary(self._con, side.summary_table)
         self._columns: dict[str, list[str]] | None = None
 
     # ---- introspection ------------------------------------------------------------------------------------

@@ -4,12 +4,15 @@ Order of preference: `.nv-meta/arrow/*.parquet` written by `energon-arrow prepar
 otherwise energon's `index.sqlite`, converted once and published next to it (kept in memory when the dataset is not
 writable). Verification compares every shard's recorded size, mtime and ETag with one listing of the store, and
 reads the content fingerprint of shards whose size is unchanged but whose mtime/ETag moved (copies, uploads).
+Files listed in the dataset's manifest (`meta.manifest`) are checked: `shards.parquet` and `summary.parquet`
+(read whole) by their SHA-256, `samples.parquet` and `parts.parquet` (scanned in place by DuckDB) by their size.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import os
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -33,6 +36,7 @@ from energon_arrow.index.schema import (
 )
 from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_KEY, identity
 from energon_arrow.meta.info import info_exists
+from energon_arrow.meta.manifest import IntegrityError, check_size, manifest_of, read_verified
 from energon_arrow.meta.uuid_file import read_index_uuid
 from energon_arrow.query.errors import NotPreparedError, StaleIndexError
 
@@ -45,6 +49,7 @@ class SideIndex:
     source: str  # "parquet", "index.sqlite (converted, published)", "index.sqlite (converted, in memory)"
     rows: dict[str, int]  # rows of samples and parts (from the Parquet footers)
     summary: bool = False  # `summary.parquet` describes this side index (index.summary)
+    summary_table: pa.Table | None = None  # its rows, when they were read (and checked) whole
     _identity: bytes | None = None
 
     def identity(self) -> bytes:
@@ -58,9 +63,16 @@ def _prepare_hint(storage: Storage) -> str:
     return f"`energon-arrow prepare {storage.url}`"
 
 
+def _listed(storage: Storage, rel: str) -> bool:
+    manifest = manifest_of(storage)
+    return manifest is not None and manifest.entry(rel) is not None
+
+
 def read_parquet(storage: Storage, rel: str) -> pa.Table:
     try:
         # ParquetFile, not read_table: read_table imports pyarrow.dataset and pandas (~0.5 s at first open)
+        if _listed(storage, rel):  # read whole, checked against the manifest, parsed from the same bytes
+            return pq.ParquetFile(pa.BufferReader(read_verified(storage, rel))).read()
         if storage.is_local:
             return pq.ParquetFile(storage.local_path(rel), memory_map=True).read()
         return pq.ParquetFile(io.BytesIO(storage.read_bytes(rel))).read()
@@ -88,9 +100,14 @@ def _read_footer(storage: Storage, rel: str) -> pq.FileMetaData:
     """A Parquet file's footer only: schema, row count, key-value metadata (DuckDB reads the data in place)."""
     try:
         if storage.is_local:
-            return pq.read_metadata(storage.local_path(rel))
+            path = storage.local_path(rel)
+            check_size(storage, rel, os.path.getsize(path))
+            return pq.read_metadata(path)
         with storage.retrying_fs.open(storage.path_of(rel), "rb") as f:
+            check_size(storage, rel, f.size)
             return pq.read_metadata(f)
+    except IntegrityError:
+        raise
     except FileNotFoundError:
         raise NotPreparedError(
             f"{storage.url_of(rel)}: side index file missing; rebuild it with {_prepare_hint(storage)}"
@@ -133,6 +150,14 @@ def _has_summary(storage: Storage, side: SideIndex) -> bool:
     """Whether `.nv-meta/arrow/summary.parquet` exists and describes this side index (an unreadable or stale one
     is ignored: `Dataset.ensure_summary` computes it again)."""
     rel = f"{SIDE_INDEX_DIR}/{SUMMARY_FILE}"
+    if _listed(
+        storage, rel
+    ):  # prepare wrote it: read whole and checked (a mismatch is an error, not a rebuild)
+        table = read_parquet(storage, rel)
+        if (table.schema.metadata or {}).get(SUMMARY_KEY) != side.identity():
+            return False
+        side.summary_table = table
+        return True
     if not storage.exists(rel):
         return False
     try:

@@ -5,9 +5,12 @@ share of the requests) or none, and is then forwarded unchanged (Host header inc
 valid). Faults: `"slowdown"` (503 SlowDown), `"error500"` (500 InternalError), `"error429"` (429
 TooManyRequests), `"503:<Code>"` (503 with any error code, e.g. a throttling code), `"reset"` (the TCP connection
 is reset before any answer), and for GETs `"stall"` (headers, then no byte for `stall_s` seconds) and
-`"truncate"` (the full Content-Length announced, half the body sent, the connection closed), and for PUTs
+`"truncate"` (the full Content-Length announced, half the body sent, the connection closed) and
+`"corrupt_response"` (the whole body sent with one byte flipped: what a checksum of the content must catch), and
+for PUTs
 `"corrupt_request"` (one byte of the request body flipped on its way to the server, whose checksum check, if the
-client sent a checksum, refuses it). `outage(seconds)` answers every request with 503 for that long. Every request
+client sent a checksum, refuses it). `inject_for(path_part, *faults)` queues faults for the requests whose path
+contains `path_part` only (e.g. the GETs of one file). `outage(seconds)` answers every request with 503 for that long. Every request
 is counted, so a test can assert how many attempts a client made and how many were faulted.
 """
 
@@ -29,7 +32,11 @@ _ERRORS = {
     "error500": (500, "InternalError", "We encountered an internal error. Please try again."),
     "error429": (429, "TooManyRequests", "Too many requests."),
 }
-_BODY_FAULTS = {"stall", "truncate"}  # GET only: a HEAD or PUT answer has no body to withhold
+_BODY_FAULTS = {
+    "stall",
+    "truncate",
+    "corrupt_response",
+}  # GET only: a HEAD or PUT answer has no body to withhold
 _REQUEST_FAULTS = {"corrupt_request"}  # PUT only: a request body to damage
 
 
@@ -48,6 +55,7 @@ class FaultProxy:
         parts = urlsplit(upstream_url)
         self.upstream = (parts.hostname, parts.port or 80)
         self._faults: deque[str] = deque()
+        self._targeted: list[list] = []  # [path part, deque of faults]
         self._random: tuple[random.Random, float, tuple[str, ...]] | None = None
         self._outage_until = 0.0
         self.stall_s = 2.0
@@ -63,7 +71,7 @@ class FaultProxy:
                 pass
 
             def _handle(self):
-                fault = proxy._next_fault(self.command)
+                fault = proxy._next_fault(self.command, self.path)
                 proxy._record(self.command, self.path, self.headers.get("Range", ""), fault or "forwarded")
                 if fault == "reset":
                     # RST instead of FIN: the client sees ECONNRESET
@@ -115,6 +123,9 @@ class FaultProxy:
                         self.wfile.flush()
                         self.close_connection = True
                         return
+                    if fault == "corrupt_response" and data:
+                        at = len(data) // 2
+                        data = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
                     if fault == "stall":
                         self.wfile.flush()
                         time.sleep(proxy.stall_s)
@@ -135,6 +146,12 @@ class FaultProxy:
         self._check(faults)
         with self._lock:
             self._faults.extend(faults)
+
+    def inject_for(self, path_part: str, *faults: str) -> None:
+        """Queue faults for the next GETs (and other requests) whose path contains `path_part`, in order."""
+        self._check(faults)
+        with self._lock:
+            self._targeted.append([path_part, deque(faults)])
 
     def randomize(self, rate: float, faults: tuple[str, ...], seed: int = 0) -> None:
         """Fault a seeded random `rate` of the requests (0 turns it off), each with a fault drawn from `faults`
@@ -167,13 +184,16 @@ class FaultProxy:
             if _error(f) is None and f not in _BODY_FAULTS | _REQUEST_FAULTS and f != "reset"
         }
         if unknown:
-            known = ", ".join(["reset", "stall", "truncate", "corrupt_request", "503:<Code>", *_ERRORS])
+            known = ", ".join(
+                ["reset", "stall", "truncate", "corrupt_response", "corrupt_request", "503:<Code>", *_ERRORS]
+            )
             raise ValueError(f"unknown faults {sorted(unknown)}; known: {known}")
 
     def reset_counts(self) -> None:
         with self._lock:
             self.requests.clear()
             self._faults.clear()
+            self._targeted.clear()
             self._random = None
             self._outage_until = 0.0
 
@@ -181,10 +201,13 @@ class FaultProxy:
         with self._lock:
             return sum(1 for m, *_ in self.requests if method is None or m == method)
 
-    def _next_fault(self, method: str) -> str | None:
+    def _next_fault(self, method: str, path: str = "") -> str | None:
         with self._lock:
             if time.monotonic() < self._outage_until:
                 return "outage"
+            for part, queued in self._targeted:
+                if queued and part in path and (queued[0] not in _BODY_FAULTS or method == "GET"):
+                    return queued.popleft()
             if self._faults:
                 if self._faults[0] in _REQUEST_FAULTS and method != "PUT":
                     return None  # waits for a PUT (e.g. after the POST that starts a multipart upload)

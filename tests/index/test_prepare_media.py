@@ -5,12 +5,15 @@ incremental prepares, clear errors with nothing published, and no media imports 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import sqlite3
 import struct
 import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -117,6 +120,9 @@ def test_incremental_prepare_keeps_the_rows_of_unchanged_shards(tmp_path, cli):
     assert "1 indexed, 2 unchanged" in proc.stdout and "Media metadata: 8 files" in proc.stdout
     assert _rows(root) == {**first, "k2_0.png": _rows(root)["k2_0.png"], "k2_1.png": _rows(root)["k2_1.png"]}
     assert _filters(root) == [("EXTENSION", "")]
+    manifest = json.loads(Path(root, ".nv-meta/arrow/manifest.json").read_bytes())  # with its media rows
+    sqlite_bytes = Path(root, ".nv-meta/index.sqlite").read_bytes()
+    assert manifest["files"][".nv-meta/index.sqlite"]["sha256"] == hashlib.sha256(sqlite_bytes).hexdigest()
     # without the option (energon keeps the tables too): the rows of the entries still there are kept, with a
     # warning for the re-indexed shard
     _shard(root, 1, samples=1)

@@ -20,6 +20,7 @@ from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.index.resume import WORK_DIR
 from energon_arrow.index.sqlite_writer import DuplicateKeyError
 from energon_arrow.meta import parse_split_ratio
+from energon_arrow.meta.manifest import MANIFEST_REL, IntegrityError
 from energon_arrow.testing.synthetic import shard_bytes, write_webdataset
 
 RATIO = parse_split_ratio("8,1,1")
@@ -59,6 +60,10 @@ def _published(root: str) -> dict[str, bytes]:
         rel = str(path.relative_to(root))
         if path.is_file() and not rel.endswith(".tar") and rel not in _PER_RUN:
             out[rel] = path.read_bytes()
+    if MANIFEST_REL in out:  # the same but for index.uuid's digest (and so its own)
+        manifest = json.loads(out[MANIFEST_REL])
+        del manifest["files"][".nv-meta/index.uuid"], manifest["self_sha256"]
+        out[MANIFEST_REL] = manifest
     return out
 
 
@@ -163,6 +168,12 @@ def test_side_index_of_two_prepares_is_not_reused(tmp_path):
         data,
     ) in old.items():  # the torn set: shards.parquet of the second prepare, the rest of the first
         Path(arrow, f"{name}.parquet").write_bytes(data)
+    # the manifest (of the second prepare) names the file that is not its own
+    with pytest.raises(
+        IntegrityError, match="samples.parquet: is .* bytes, prepare recorded .*energon-arrow prepare"
+    ):
+        open_dataset(root)
+    os.remove(os.path.join(root, MANIFEST_REL))  # without one (an earlier version): the set id tells
     with pytest.raises(NotPreparedError, match="files are of different prepares.*energon-arrow prepare"):
         open_dataset(root)
     result = prepare_dataset(root, PrepareOptions(split_ratio=RATIO, num_workers=1))

@@ -163,6 +163,7 @@ def _drop_fingerprints(root: str) -> None:
     path = f"{root}/.nv-meta/arrow/shards.parquet"
     table = pq.read_table(path)
     pq.write_table(table.drop_columns(["fingerprint"]), path)
+    os.remove(f"{root}/.nv-meta/arrow/manifest.json")  # nor a manifest (written since)
 
 
 def test_index_without_fingerprints_still_opens(prepared, tmp_path, caplog):

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from energon_arrow.index.summary import SUMMARY_KEY, summarize, summarize_batches
+from energon_arrow.meta.manifest import MANIFEST_REL, IntegrityError
 from energon_arrow.query import open_dataset
 from energon_arrow.query.catalog import PART_TYPES_SCAN
 from energon_arrow.query.info import dataset_info
@@ -113,6 +114,7 @@ def test_older_index_gets_the_summary_once(prepared):
         part_types = _part_types(ds, "SELECT * FROM part_types")
     written = pq.read_table(f"{prepared}/{SUMMARY}")
     os.remove(f"{prepared}/{SUMMARY}")  # as an earlier version wrote the side index
+    os.remove(f"{prepared}/{MANIFEST_REL}")  # (and no manifest)
     with open_dataset(prepared, publish=True) as ds:  # a writer's open caches it
         assert not ds._side.summary
         assert _part_types(ds, "SELECT * FROM part_types") == part_types  # by a scan until info
@@ -128,6 +130,9 @@ def test_summary_of_another_index_is_ignored(prepared, tmp_path):
     write_webdataset(other, shards=4, samples_per_shard=5, image_bytes=40)
     prepare(other)
     shutil.copy(f"{other}/{SUMMARY}", f"{prepared}/{SUMMARY}")  # left behind by a tool that knew no summary
+    with pytest.raises(IntegrityError, match="summary.parquet: differs from what prepare recorded"):
+        open_dataset(prepared)  # the manifest says it is not the summary prepare wrote
+    os.remove(f"{prepared}/{MANIFEST_REL}")  # nor a manifest: the summary's own identity tells
     meta = pq.read_metadata(f"{prepared}/{SUMMARY}").metadata
     with open_dataset(prepared, publish=True) as ds:  # a writer's open caches it
         assert not ds._side.summary

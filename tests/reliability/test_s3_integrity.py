@@ -5,12 +5,14 @@ loader epoch, while a shorter deadline ends in one clear error naming the URL, t
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 import pytest
 
 from energon_arrow.adapters import StorageError, open_storage
+from energon_arrow.meta.manifest import MANIFEST_REL
 from energon_arrow.testing.faultproxy import FaultProxy
 from energon_arrow.testing.synthetic import write_webdataset
 from tests.reliability.test_s3_faults import loader_keys, prepare, through
@@ -37,6 +39,9 @@ def published(url: str, options: dict) -> dict[str, bytes]:
     store = open_storage(url, options)
     files = {f: store.read_bytes(f) for f in store.list_files("**/*")}
     uuid_ = files[".nv-meta/index.uuid"]
+    manifest = json.loads(files[MANIFEST_REL])  # checks itself; the same but for index.uuid's digest
+    assert manifest.pop("self_sha256") and manifest["files"].pop(".nv-meta/index.uuid")
+    files[MANIFEST_REL] = json.dumps(manifest).encode()
     return {f: data.replace(uuid_, b"<index.uuid>") for f, data in files.items()}
 
 

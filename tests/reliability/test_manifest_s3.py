@@ -1,0 +1,120 @@
+"""The dataset manifest over S3 (SeaweedFS behind the FaultProxy): prepare writes it; a GET of a file it lists
+that comes back damaged (one byte flipped by the proxy's `corrupt_response`) is read again and the open succeeds;
+damaged on every read it is a clear error; a damaged read while the loader builds its node-local row index leaves
+no poisoned cache: the build and every later one return the right rows."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from energon_arrow.adapters import RetryPolicy, open_storage
+from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+from energon_arrow.loader.row_index import default_cache_dir, open_row_index
+from energon_arrow.meta import parse_split_ratio
+from energon_arrow.meta.manifest import MANIFEST_REL, IntegrityError
+from energon_arrow.query import open_dataset
+from energon_arrow.query.sideindex import load_side_index
+from energon_arrow.testing.faultproxy import FaultProxy
+from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+from energon_arrow.testing.synthetic import write_webdataset
+
+pytestmark = pytest.mark.s3
+
+FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+QUERY = "SELECT shard_id, sample_index, sample_key, byte_offset, byte_size FROM samples ORDER BY 1, 2"
+
+
+@pytest.fixture(scope="module")
+def proxy(s3_server):
+    with FaultProxy(s3_server.endpoint_url) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def dataset(s3_server, tmp_path_factory):
+    """A dataset prepared on S3 (4 shards of 5 samples): its URL."""
+    local = str(tmp_path_factory.mktemp("src") / "ds")
+    write_webdataset(local, shards=4, samples_per_shard=5, image_bytes=64)
+    url = f"s3://{s3_server.create_bucket('ea-tests')}/manifest-{uuid.uuid4().hex[:8]}"
+    storage = open_storage(url, s3_server.storage_options)
+    for root, _, names in os.walk(local):
+        for n in names:
+            path = os.path.join(root, n)
+            storage.write_atomic(os.path.relpath(path, local), Path(path).read_bytes())
+    prepare_dataset(
+        url, PrepareOptions(split_ratio=parse_split_ratio("3,1,0"), num_workers=2), s3_server.storage_options
+    )
+    return url
+
+
+@pytest.fixture
+def through(proxy, dataset):
+    """A storage of the dataset whose requests go through the proxy (no faults queued)."""
+    proxy.reset_counts()
+    options = {"endpoint_url": proxy.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+    yield lambda: open_storage(dataset, options, retry=FAST)
+    proxy.reset_counts()
+
+
+def _gets(proxy, part: str) -> list[str]:
+    return [outcome for method, path, _, outcome in proxy.requests if method == "GET" and part in path]
+
+
+def test_manifest_written_on_s3_and_correct(dataset, s3_server):
+    storage = open_storage(dataset, s3_server.storage_options)
+    manifest = json.loads(storage.read_bytes(MANIFEST_REL))
+    listed = {f.path for f in storage.scan("**/*") if not f.path.endswith((".tar", "manifest.json"))}
+    assert set(manifest["files"]) == listed and len(listed) == 4 + 8  # .tar.idx, .nv-meta and side index
+    for rel, entry in manifest["files"].items():
+        data = storage.read_bytes(rel)
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, rel
+
+
+@pytest.mark.parametrize("rel", [".nv-meta/.info.json", ".nv-meta/arrow/shards.parquet"])
+def test_a_damaged_get_is_read_again(proxy, through, dataset, s3_server, rel):
+    with open_dataset(open_storage(dataset, s3_server.storage_options)) as ds:
+        expected = ds.sql(QUERY).arrow()
+    proxy.inject_for(rel.rsplit("/", 1)[1], "corrupt_response")
+    with open_dataset(through()) as ds:
+        assert ds.sql(QUERY).arrow().equals(expected)
+    gets = _gets(proxy, rel.rsplit("/", 1)[1])  # (DuckDB reads shards.parquet in place too, later)
+    assert gets[:2] == ["corrupt_response", "forwarded"] and gets.count("corrupt_response") == 1
+
+
+def test_a_get_damaged_every_time_is_a_clear_error(proxy, through, dataset):
+    proxy.inject_for(".info.json", *["corrupt_response"] * FAST.attempts)
+    with pytest.raises(IntegrityError) as err:
+        open_dataset(through())
+    message = str(err.value)
+    assert message.startswith(f"{dataset}/.nv-meta/.info.json: differs from what prepare recorded")
+    assert f"{FAST.attempts} reads" in message and f"re-run `energon-arrow prepare {dataset}`" in message
+
+
+def test_a_damaged_read_while_building_the_row_index_poisons_no_cache(proxy, through, dataset, s3_server):
+    clean = open_storage(dataset, s3_server.storage_options)
+    shards = load_side_index(clean).tables["shards"]
+    shutil.rmtree(default_cache_dir(), ignore_errors=True)
+    proxy.inject_for("samples.parquet", "corrupt_response")
+    proxy.inject_for("parts.parquet", "corrupt_response")
+    built = open_row_index(through(), shards, {})
+    assert "corrupt_response" in _gets(proxy, "samples.parquet") + _gets(proxy, "parts.parquet")
+    rows, keys = np.array(built.rows), built.keys().to_pylist()
+    parts = {name: np.array(a) for name, a in built.parts.items()}
+    with open_dataset(clean) as ds:
+        truth = ds.sql(QUERY).arrow()
+    assert keys == truth.column("sample_key").to_pylist()
+    assert rows.tolist() == [
+        [o, s] for o, s in zip(truth["byte_offset"].to_pylist(), truth["byte_size"].to_pylist())
+    ]
+    shutil.rmtree(default_cache_dir())  # a fault-free build gives the same arrays
+    fresh = open_row_index(clean, shards, {})
+    assert np.array_equal(fresh.rows, rows) and fresh.keys().to_pylist() == keys
+    assert all(np.array_equal(fresh.parts[n], parts[n]) for n in parts)
