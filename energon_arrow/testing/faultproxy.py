@@ -5,7 +5,9 @@ share of the requests) or none, and is then forwarded unchanged (Host header inc
 valid). Faults: `"slowdown"` (503 SlowDown), `"error500"` (500 InternalError), `"error429"` (429
 TooManyRequests), `"503:<Code>"` (503 with any error code, e.g. a throttling code), `"reset"` (the TCP connection
 is reset before any answer), and for GETs `"stall"` (headers, then no byte for `stall_s` seconds) and
-`"truncate"` (the full Content-Length announced, half the body sent, the connection closed), and for PUTs
+`"truncate"` (the full Content-Length announced, half the body sent, the connection closed) and
+`"corrupt_response"` (the whole body sent with one bit flipped in each eighth of it: bytes damaged on the way that
+no length check notices), and for PUTs
 `"corrupt_request"` (one byte of the request body flipped on its way to the server, whose checksum check, if the
 client sent a checksum, refuses it). `outage(seconds)` answers every request with 503 for that long. Every request
 is counted, so a test can assert how many attempts a client made and how many were faulted.
@@ -29,7 +31,11 @@ _ERRORS = {
     "error500": (500, "InternalError", "We encountered an internal error. Please try again."),
     "error429": (429, "TooManyRequests", "Too many requests."),
 }
-_BODY_FAULTS = {"stall", "truncate"}  # GET only: a HEAD or PUT answer has no body to withhold
+_BODY_FAULTS = {
+    "stall",
+    "truncate",
+    "corrupt_response",
+}  # GET only: a HEAD or PUT answer has no body to withhold
 _REQUEST_FAULTS = {"corrupt_request"}  # PUT only: a request body to damage
 
 
@@ -118,6 +124,11 @@ class FaultProxy:
                     if fault == "stall":
                         self.wfile.flush()
                         time.sleep(proxy.stall_s)
+                    if fault == "corrupt_response" and data:
+                        damaged = bytearray(data)
+                        for at in {len(data) * k // 8 for k in range(1, 8)}:
+                            damaged[at] ^= 0x01
+                        data = bytes(damaged)
                     self.wfile.write(data)
                 except OSError:  # the client gave up waiting (a stall)
                     self.close_connection = True
@@ -167,7 +178,9 @@ class FaultProxy:
             if _error(f) is None and f not in _BODY_FAULTS | _REQUEST_FAULTS and f != "reset"
         }
         if unknown:
-            known = ", ".join(["reset", "stall", "truncate", "corrupt_request", "503:<Code>", *_ERRORS])
+            known = ", ".join(
+                ["reset", "stall", "truncate", "corrupt_response", "corrupt_request", "503:<Code>", *_ERRORS]
+            )
             raise ValueError(f"unknown faults {sorted(unknown)}; known: {known}")
 
     def reset_counts(self) -> None:
