@@ -88,7 +88,7 @@ def decode(data: bytes) -> ShardIndex:
         part_sizes=ints_to_numpy(parts.column("size")),
         data_end=int(meta[b"data_end"]),
         fingerprint=json.loads(meta[b"fingerprint"]),
-        part_crcs=None if parts.column("crc32c").null_count else parts.column("crc32c").to_numpy(),
+        part_crcs=None if parts.column("crc32c").null_count else ints_to_numpy(parts.column("crc32c")),
     )
 
 

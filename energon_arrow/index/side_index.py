@@ -288,7 +288,7 @@ class SideIndex:
             part_sizes=ints_to_numpy(parts.column("content_size")),
             data_end=self.shards.column("data_end")[i].as_py(),
             fingerprint=self.shards.column("fingerprint")[i].as_py(),
-            part_crcs=parts.column("content_crc32c").to_numpy().astype(np.uint32),
+            part_crcs=ints_to_numpy(parts.column("content_crc32c")),
         )
 
 

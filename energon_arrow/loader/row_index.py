@@ -351,7 +351,7 @@ def _write_parts(
                 crc_files.pop(name)
             for i in range(len(files)):
                 os.remove(os.path.join(tmp, f"crc-{i}.npy"))
-        crc = crc_col.to_numpy(zero_copy_only=False).astype(np.uint32, copy=False) if checksums else None
+        crc = ints_to_numpy(crc_col) if checksums else None
         g = _global_rows(
             starts,
             ints_to_numpy(batch["shard_id"]).astype(np.int64),
