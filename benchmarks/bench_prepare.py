@@ -11,6 +11,7 @@ another checkout of energon-arrow (e.g. the commit before a change; its C extens
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import sys
@@ -63,6 +64,7 @@ def _local(args) -> Comparison:
 
 def _versus(args) -> Comparison:
     other = os.path.abspath(os.environ["BENCH_PREPARE_VS"])
+    compileall.compile_dir(os.path.join(other, "energon_arrow"), quiet=1)  # as benchmarks.run does for this one
     ours_dir, _, shards, samples = _dataset(args.quick)
     common = ["--non-interactive", "--split-ratio", "8,1,1", "--force-overwrite", "--no-progress"]
     cmd = [sys.executable, "-m", "energon_arrow", "prepare", ours_dir, *common, "--num-workers", "2"]
