@@ -64,7 +64,9 @@ def _local(args) -> Comparison:
 
 def _versus(args) -> Comparison:
     other = os.path.abspath(os.environ["BENCH_PREPARE_VS"])
-    compileall.compile_dir(os.path.join(other, "energon_arrow"), quiet=1)  # as benchmarks.run does for this one
+    compileall.compile_dir(
+        os.path.join(other, "energon_arrow"), quiet=1
+    )  # as benchmarks.run does for this one
     ours_dir, _, shards, samples = _dataset(args.quick)
     common = ["--non-interactive", "--split-ratio", "8,1,1", "--force-overwrite", "--no-progress"]
     cmd = [sys.executable, "-m", "energon_arrow", "prepare", ours_dir, *common, "--num-workers", "2"]
