@@ -4,10 +4,14 @@ S3 prepare throughput vs the storage adapter's sequential read throughput on Sea
 Data: 64 shards x 1,000 samples x 3 parts (2 KiB jpg, txt, json) under benchmarks/data/prepare/ (generated once;
 the reference side gets hard links to the same tars in its own folder so the two `.nv-meta` never mix).
 `BENCH_PREPARE_PARTS=s3` runs the S3 part alone; `BENCH_PREPARE_SHARDS=256` a larger data set.
+`BENCH_PREPARE_VS=<checkout>` adds part `vs`: this checkout's `energon-arrow prepare` against the same command of
+another checkout of energon-arrow (e.g. the commit before a change; its C extensions built in place), alternating
+(`BENCH_PREPARE_PARTS=vs` runs it alone); the target is at most 5% slower.
 """
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import sys
@@ -55,6 +59,26 @@ def _local(args) -> Comparison:
             "ours_cmd": "energon-arrow prepare --num-workers 2",
             "reference_cmd": "energon prepare --num-workers 2",
         },
+    )
+
+
+def _versus(args) -> Comparison:
+    other = os.path.abspath(os.environ["BENCH_PREPARE_VS"])
+    compileall.compile_dir(
+        os.path.join(other, "energon_arrow"), quiet=1
+    )  # as benchmarks.run does for this one
+    ours_dir, _, shards, samples = _dataset(args.quick)
+    common = ["--non-interactive", "--split-ratio", "8,1,1", "--force-overwrite", "--no-progress"]
+    cmd = [sys.executable, "-m", "energon_arrow", "prepare", ours_dir, *common, "--num-workers", "2"]
+    repeats = max(3, args.repeats) if args.quick else 2 * args.repeats
+    ours, ref = alternate(lambda: timed_command(cmd), lambda: timed_command(cmd, cwd=other), repeats)
+    return Comparison(
+        name=f"prepare local {shards}x{samples}x3 (CLI end to end) vs another checkout",
+        unit="s",
+        ours=ours,
+        reference=ref,
+        target=1 / 1.05,
+        notes={"samples": shards * samples, "reference": f"energon-arrow prepare of {other}"},
     )
 
 
@@ -110,9 +134,14 @@ def _s3(args) -> Comparison:
 
 
 def run(args) -> list[Comparison]:
-    """`BENCH_PREPARE_PARTS=local,s3` selects the parts (default both); `BENCH_PREPARE_SHARDS=N` the shard
-    count of the full-size data (default 64)."""
-    parts = selected_parts("BENCH_PREPARE_PARTS", ("local", "s3"))
-    out = [run_part(args) for name, run_part in (("local", _local), ("s3", _s3)) if name in parts]
+    """`BENCH_PREPARE_PARTS=local,s3,vs` selects the parts (default all; `vs` only with `BENCH_PREPARE_VS`);
+    `BENCH_PREPARE_SHARDS=N` the shard count of the full-size data (default 64)."""
+    parts = selected_parts("BENCH_PREPARE_PARTS", ("local", "s3", "vs"))
+    if "BENCH_PREPARE_VS" not in os.environ:
+        if "vs" in os.environ.get("BENCH_PREPARE_PARTS", "").split(","):
+            raise SystemExit("BENCH_PREPARE_PARTS=vs needs BENCH_PREPARE_VS=<checkout of energon-arrow>")
+        parts.discard("vs")
+    runs = (("local", _local), ("s3", _s3), ("vs", _versus))
+    out = [run_part(args) for name, run_part in runs if name in parts]
     ran = {c.name for c in out}
     return out + carried_rows("prepare", lambda name: name not in ran)  # the parts not run now

@@ -73,11 +73,11 @@ class Comparison:
         )
 
 
-def timed_command(cmd: list[str]) -> float:
-    """Seconds one command line takes end to end, run from the repository root; a failure raises RuntimeError
-    with its exit code and the end of its stderr."""
+def timed_command(cmd: list[str], cwd: str = REPO) -> float:
+    """Seconds one command line takes end to end, run from the repository root (or `cwd`); a failure raises
+    RuntimeError with its exit code and the end of its stderr."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")

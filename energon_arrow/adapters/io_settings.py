@@ -1,10 +1,12 @@
 """energon-arrow's own storage options, beside the backend's: the retry budget (`retries`, `retry_deadline_s`),
-network timeouts (`connect_timeout`, `read_timeout`) and the checksum every upload carries (`upload_checksum`).
+network timeouts (`connect_timeout`, `read_timeout`), the checksum every upload carries (`upload_checksum`) and
+whether the loader checks the sample bytes it reads against the CRC32C prepare recorded (`verify`: "crc" or
+"none", loader/verify_crc.py).
 
 Each may also come from an environment variable (ENERGON_ARROW_RETRIES, ENERGON_ARROW_RETRY_DEADLINE_S,
-ENERGON_ARROW_CONNECT_TIMEOUT, ENERGON_ARROW_READ_TIMEOUT, ENERGON_ARROW_UPLOAD_CHECKSUM); a storage option wins
-over the variable. Defaults: 4 retries (5 attempts, about 2 s of backoff), no deadline, s3fs's timeouts (5 s to
-connect, 15 s without a byte), `upload_checksum="md5"`.
+ENERGON_ARROW_CONNECT_TIMEOUT, ENERGON_ARROW_READ_TIMEOUT, ENERGON_ARROW_UPLOAD_CHECKSUM, ENERGON_ARROW_VERIFY); a
+storage option wins over the variable. Defaults: 4 retries (5 attempts, about 2 s of backoff), no deadline, s3fs's
+timeouts (5 s to connect, 15 s without a byte), `upload_checksum="md5"`, `verify="none"`.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ ENVIRONMENT = {
     "connect_timeout": "ENERGON_ARROW_CONNECT_TIMEOUT",
     "read_timeout": "ENERGON_ARROW_READ_TIMEOUT",
     "upload_checksum": "ENERGON_ARROW_UPLOAD_CHECKSUM",
+    "verify": "ENERGON_ARROW_VERIFY",
 }
 # what a PUT (and each multipart part) carries for the store to verify: Content-MD5 (every S3-compatible store
 # checks it), x-amz-checksum-crc32 (cheaper to compute; AWS, MinIO and SeaweedFS check it, some stores ignore it),
 # or nothing beyond what the transport needs
 UPLOAD_CHECKSUMS = ("md5", "crc32", "none")
+VERIFY_MODES = ("crc", "none")  # what the loader checks of the sample bytes it reads
 _REMOTE_ONLY = ("connect_timeout", "read_timeout", "upload_checksum")
 
 
@@ -39,6 +43,8 @@ class IoSettings:
     connect_timeout: float | None = None
     read_timeout: float | None = None
     upload_checksum: str = "md5"
+    verify: str = "none"
+    verify_given: bool = False  # `verify` is a storage option (else the default or ENERGON_ARROW_VERIFY)
 
     def retry_policy(self, base: RetryPolicy | None) -> RetryPolicy:
         """`base` (or the default policy) with the retry budget these settings give."""
@@ -68,19 +74,18 @@ def pop_io_settings(raw: dict[str, Any], url: str, protocol: str, explicit_retry
             if protocol != "s3" and name in _REMOTE_ONLY:
                 continue
             values[name] = _parse(name, os.environ[variable], url, f"environment variable {variable}")
-    settings = IoSettings(**values)
+    settings = IoSettings(**values, verify_given="verify" in given)
     if protocol == "s3":
         _pass_to_botocore(raw, settings, url)
     return settings
 
 
 def _parse(name: str, value: Any, url: str, where: str) -> Any:
-    if name == "upload_checksum":
+    if name in ("upload_checksum", "verify"):
+        choices = UPLOAD_CHECKSUMS if name == "upload_checksum" else VERIFY_MODES
         text = str(value).lower() if value not in (False, None) else "none"
-        if text not in UPLOAD_CHECKSUMS:
-            raise InvalidStorageOptions(
-                url, f"{where} must be one of {', '.join(UPLOAD_CHECKSUMS)}, got {value!r}"
-            )
+        if text not in choices:
+            raise InvalidStorageOptions(url, f"{where} must be one of {', '.join(choices)}, got {value!r}")
         return text
     try:
         number = float(value) if not isinstance(value, bool) else None

@@ -72,6 +72,7 @@ class _Request:
         self.errors = {
             "skip_errors": kwargs.pop("skip_errors", None),
             "error_budget": kwargs.pop("error_budget", 100),
+            "verify": kwargs.pop("verify", None),  # "crc": parts checked against prepare's CRC32C
         }
         refuse_unknown(kwargs, function)
 
@@ -134,7 +135,8 @@ def get_train_dataset(
     `packing_buffer_size`: pack samples with the task encoder's packing hooks (energon/packing.py).
     Also: `subflavors`, `sample_type` (checked against the dataset's), energon's deprecated decoder arguments
     and `handler`, the no-effect arguments of energon/energon_args.py, and ours: `storage_options`,
-    `trust_remote_code`, `skip_errors`, `error_budget`.
+    `trust_remote_code`, `skip_errors`, `error_budget`, `verify` ("crc": every part read is checked against the
+    CRC32C prepare recorded, loader/verify_crc.py).
 
     A task encoder that overrides `build_train_datasets` builds the pipeline itself, as in energon: it gets
     `load_dataset(path).get_datasets(...)`'s datasets and its pipeline is returned (served by the pipeline

@@ -116,6 +116,7 @@ def read_sqlite_tables(sqlite_path: str, url: str) -> tuple[pa.Table, pa.Table]:
         ) from None
     samples = pa.Table.from_arrays(samples_cols, schema=SAMPLES_SCHEMA)
     parts_cols[2] = pc.dictionary_encode(parts_cols[2]).cast(PARTS_SCHEMA.field("part_name").type)
+    parts_cols.append(pa.nulls(len(parts_cols[0]), pa.uint32()))  # energon records no checksums
     parts = pa.Table.from_arrays(parts_cols, schema=PARTS_SCHEMA)
     return samples, parts
 

@@ -18,6 +18,7 @@ import json
 import os
 import struct
 
+import numpy as np
 import pyarrow as pa
 
 from energon_arrow.adapters import NotFound, StorageError
@@ -26,10 +27,16 @@ from energon_arrow.tar.arrow import from_numpy, ints_to_numpy
 from energon_arrow.tar.samples import ShardIndex
 
 WORK_DIR = f"{META_DIR}/.prepare-work"
-FORMAT = 1
+FORMAT = 2  # 2: parts carry their CRC32C (entries of format 1 are not found: those shards are indexed again)
 _SAMPLES = pa.schema([("sample_key", pa.string()), ("offset", pa.int64()), ("size", pa.int64())])
 _PARTS = pa.schema(
-    [("sample_index", pa.int64()), ("name", pa.string()), ("offset", pa.int64()), ("size", pa.int64())]
+    [
+        ("sample_index", pa.int64()),
+        ("name", pa.string()),
+        ("offset", pa.int64()),
+        ("size", pa.int64()),
+        ("crc32c", pa.uint32()),
+    ]
 )
 
 
@@ -56,6 +63,9 @@ def encode(index: ShardIndex) -> bytes:
             index.part_names.cast(pa.string()),
             from_numpy(index.part_offsets),
             from_numpy(index.part_sizes),
+            pa.nulls(len(index.part_offsets), pa.uint32())
+            if index.part_crcs is None
+            else from_numpy(np.asarray(index.part_crcs, np.uint32), np.uint32),
         ],
         schema=_PARTS,
     )
@@ -78,6 +88,7 @@ def decode(data: bytes) -> ShardIndex:
         part_sizes=ints_to_numpy(parts.column("size")),
         data_end=int(meta[b"data_end"]),
         fingerprint=json.loads(meta[b"fingerprint"]),
+        part_crcs=None if parts.column("crc32c").null_count else ints_to_numpy(parts.column("crc32c")),
     )
 
 

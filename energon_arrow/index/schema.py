@@ -44,11 +44,13 @@ PARTS_SCHEMA = pa.schema(
         pa.field("part_name", pa.dictionary(pa.int32(), pa.string()), nullable=False),
         pa.field("content_offset", pa.int64(), nullable=False),  # payload start (no header)
         pa.field("content_size", pa.int64(), nullable=False),
+        # CRC32C of the payload (tar.crc); null: not recorded (converted from index.sqlite, or written before it)
+        pa.field("content_crc32c", pa.uint32()),
     ]
 )
 
 # Columns that side indexes written by earlier versions lack; readers add them as nulls.
-OPTIONAL_COLUMNS = {"shards": ("fingerprint",)}
+OPTIONAL_COLUMNS = {"shards": ("fingerprint",), "parts": ("content_crc32c",)}
 
 SIDE_INDEX_FILES = {"shards": SHARDS_SCHEMA, "samples": SAMPLES_SCHEMA, "parts": PARTS_SCHEMA}
 
@@ -79,10 +81,12 @@ def one_side_index(shards: pa.Table, others, sample_rows: int) -> bool:
 # Parquet encodings by column name (the other columns: dictionary, plain where the dictionary grows too large):
 # offsets, payload sizes and indexes delta-coded (DuckDB scans them about twice as fast as the plain pages a
 # dictionary falls back to, and they are smaller); sample keys with their lengths delta-coded (a quarter less CPU
-# to scan than plain); `byte_size` stays dictionary-encoded (whole tar blocks: few distinct values)
+# to scan than plain); `byte_size` stays dictionary-encoded (whole tar blocks: few distinct values); checksums
+# plain (random values: a dictionary would only be abandoned)
 _ENCODINGS = {
     **dict.fromkeys(("sample_index", "byte_offset", "content_offset", "content_size"), "DELTA_BINARY_PACKED"),
     "sample_key": "DELTA_LENGTH_BYTE_ARRAY",
+    "content_crc32c": "PLAIN",
 }
 
 

@@ -7,7 +7,8 @@
   added in that order), `.close() -> {relative name: local path}` for `Storage.publish_folder`; after `close`,
   `.tables` holds the samples and parts tables when they were written as one group (else {}), so that the
   loader's row index is built without reading them back.
-- `read_side_index(storage) -> SideIndex | None`: the previous side index of a dataset (None when absent or torn), with
+- `read_side_index(storage) -> SideIndex | None`: the previous side index of a dataset (None when absent or torn, or
+  when some part has no CRC32C: written before checksums, or converted from index.sqlite), with
   `.shard_rows(path)` giving back an indexed shard's rows (for incremental prepare).
 """
 
@@ -46,6 +47,13 @@ SUMMARY_NAME = f"arrow/{SUMMARY_FILE}"  # written with them; not needed to reuse
 
 def _table(schema: pa.Schema, columns: list) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _crc_column(crcs: np.ndarray | None, m: int) -> pa.Array:
+    """The parts' `content_crc32c` column: the checksums, or nulls where none were recorded."""
+    if crcs is None:
+        return pa.nulls(m, pa.uint32())
+    return from_numpy(np.asarray(crcs, np.uint32), np.uint32)
 
 
 ENERGON_INDEX_KEY = b"energon_arrow.energon_index"  # shards.parquet metadata: b"false" = no index.sqlite
@@ -132,6 +140,7 @@ class SideIndexWriter:
                     ),
                     from_numpy(index.part_offsets),
                     from_numpy(index.part_sizes),
+                    _crc_column(index.part_crcs, m),
                 ],
             )
         )
@@ -279,6 +288,7 @@ class SideIndex:
             part_sizes=ints_to_numpy(parts.column("content_size")),
             data_end=self.shards.column("data_end")[i].as_py(),
             fingerprint=self.shards.column("fingerprint")[i].as_py(),
+            part_crcs=ints_to_numpy(parts.column("content_crc32c")),
         )
 
 
@@ -340,6 +350,17 @@ def _fetch_to_temp(storage, rel: str) -> pa.Buffer:
         return pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
+def _all_checksummed(parts: pq.ParquetFile) -> bool:
+    """Whether every part row has its `content_crc32c` (the row groups' null counts; none: not known, False)."""
+    meta = parts.metadata
+    col = parts.schema_arrow.names.index("content_crc32c")
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(col).statistics
+        if stats is None or not getattr(stats, "has_null_count", True) or stats.null_count != 0:
+            return False
+    return True
+
+
 def read_side_index(storage) -> SideIndex | None:
     """The previous side index for an incremental prepare; None when there is none usable - missing, of another
     schema, unreadable (a 0-byte or cut object left by a publish that was killed on an object store) or files of
@@ -364,5 +385,9 @@ def read_side_index(storage) -> SideIndex | None:
     # and parts files do not hold (a shard reused with none)
     others = [files[name].schema_arrow.metadata for name in ("samples", "parts")]
     if not one_side_index(shards, others, files["samples"].metadata.num_rows):
+        return None
+    if not _all_checksummed(
+        files["parts"]
+    ):  # a conversion of index.sqlite: the shards are read for their CRCs
         return None
     return SideIndex(shards, ShardSlices(files["samples"]), ShardSlices(files["parts"]))

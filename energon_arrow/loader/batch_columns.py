@@ -93,6 +93,10 @@ class BatchColumns:
         off, size = self.cols.src.parts[name]
         return np.asarray(off[self.rows]), np.asarray(size[self.rows])
 
+    def part_crc(self, name: str) -> np.ndarray:
+        """The recorded CRC32C of part `name` of each row (SplitSource.part_crcs; meaningless where it is absent)."""
+        return np.asarray(self.cols.src.part_crcs[name][self._dataset_rows()[0]])
+
     def keys(self) -> list[str]:
         kb = self.cols._keys
         src = self.cols.src

@@ -27,6 +27,7 @@ from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_readers
 from energon_arrow.loader.sample_hooks import PlainHooks, SampleHooks
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
+from energon_arrow.loader.verify_crc import resolve_verify
 from energon_arrow.samples.decoders import PartDecoder
 
 RELEASE_EVERY = 8  # batches between drops of the index pages a worker touched (SplitSource.release_pages)
@@ -65,6 +66,10 @@ class LoaderSettings:
     #: validation as energon (energon/worker_slices.py): the workers per rank whose slices decide the batches; None: the
     #: worker-count-invariant global batches
     slice_workers: int | None = None
+    #: "crc": check every part read against the CRC32C prepare recorded (a mismatch is read again, then an error);
+    #: "none": no check; None: the storage option `verify` / ENERGON_ARROW_VERIFY (default "none";
+    #: loader/verify_crc.py)
+    verify: str | None = None
 
     def fingerprint(self) -> dict:
         extra = {"shuffle_over_epochs": self.shuffle_over_epochs} if self.shuffle_over_epochs != 1 else {}
@@ -156,6 +161,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.limit = None if settings.repeat or epoch is None else epoch
         if self.limit is not None and settings.drop_last:
             self.limit -= self.limit % settings.global_batch_size
+        self.verify = [resolve_verify(s, settings.verify) for s in sources]  # per source: reads checked
         self.builders = [s.new_builder(self.decoder, trust_remote_code) for s in sources]
         self.layouts = [BlockLayout.from_runs(*src.shard_runs(), settings.block_size) for src in sources]
         self.assembler = Assembler(sources, self.builders, self.hooks, settings)

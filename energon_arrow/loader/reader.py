@@ -9,6 +9,7 @@ that reads node-local copies of whole shards (adapters/shard_cache.py) exactly l
 
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -33,6 +34,7 @@ def open_readers(dataset, worker: int, workers: int) -> list:
     the workers through shared memory when the workers were forked by one loader)."""
     readers: list = []
     tag = _share_tag(dataset) if workers > 1 else None
+    verify = getattr(dataset, "verify", None) or [False] * len(dataset.sources)
     for d, src in enumerate(dataset.sources):
         if src.storage.is_local:
             readers.append(SampleReader(src))
@@ -47,6 +49,10 @@ def open_readers(dataset, worker: int, workers: int) -> list:
                 _rows_of(dataset, d), dataset.start_batch, dataset.total_batches(), worker, workers, share
             )
             readers.append(WindowReader(src, feed))
+        if verify[d]:
+            from energon_arrow.loader.verify_crc import VerifiedReader
+
+            readers[d] = VerifiedReader(readers[d], src, getattr(readers[d], "drop_copy", None))
     return readers
 
 
@@ -157,6 +163,15 @@ class CachedShardReader(SampleReader):
 
     def _copy(self, shard: int) -> str:
         return self.cache.local_copy(self.src.storage, self.src.shard_paths[shard])
+
+    def drop_copy(self, shard: int) -> None:
+        """The local copy of `shard` gave wrong bytes: it is removed from the cache and fetched again."""
+        path = self._paths.pop(shard, None)
+        if path is not None:
+            self._files.forget(path)
+            self.cache.forget(path)
+            with contextlib.suppress(OSError):  # processes reading it keep their descriptors
+                os.remove(path)
 
     def _fd(self, shard: int) -> int:
         path = self._paths.get(shard)

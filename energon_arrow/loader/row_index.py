@@ -10,7 +10,9 @@ Rows are the dataset's samples in (shard_id, sample_index) order, so the row of 
 - `rows.npy`: int64 [rows, 2], byte_offset and byte_size of each sample (headers included);
 - `part-<i>.npy`: int64 [rows, 2] per part name (manifest order): payload offset relative to byte_offset (-1
   when the sample lacks the part) and payload size;
-- `key_offsets.npy` (int64 [rows + 1]) and `key_data.bin` (UTF-8): the sample keys as an Arrow large string array.
+- `key_offsets.npy` (int64 [rows + 1]) and `key_data.bin` (UTF-8): the sample keys as an Arrow large string array;
+- `crc-<i>.npy`: uint32 [rows] per part name, the CRC32C of its payload (0 where the sample lacks it), when every
+  part of the side index has one (`manifest["checksums"]`; prepared by energon or an older energon-arrow: none).
 
 Where: `<dataset>/.nv-meta/arrow/loader/` for a local dataset (prepare writes it; a loader builds it there on first
 use when the folder is writable), else a node-local cache folder `$ENERGON_ARROW_CACHE/rows/<digest>/` (default
@@ -45,7 +47,7 @@ from energon_arrow.index.schema import SIDE_INDEX_DIR
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.tar.arrow import ints_to_numpy
 
-ROW_INDEX_VERSION = 1
+ROW_INDEX_VERSION = 2  # 2: crc-<i>.npy
 LOCAL_REL = f"{SIDE_INDEX_DIR}/loader"
 _BATCH_ROWS = 1 << 20
 
@@ -60,6 +62,7 @@ class RowIndex:
     key_offsets: np.ndarray
     key_data: np.ndarray
     folder: str
+    crcs: dict[str, np.ndarray] | None = None  # part name -> CRC32C per row; None: the dataset records none
 
     def __len__(self) -> int:
         return int(self.shard_starts[-1])
@@ -73,7 +76,7 @@ class RowIndex:
 
     def maps(self) -> list[np.ndarray]:
         """The memory-mapped arrays (release_pages drops their resident pages)."""
-        return [self.rows, *self.parts.values(), self.key_offsets, self.key_data]
+        return [self.rows, *self.parts.values(), *(self.crcs or {}).values(), self.key_offsets, self.key_data]
 
 
 def default_cache_dir() -> str:
@@ -139,8 +142,13 @@ def _map(folder: str, manifest: dict) -> RowIndex | None:
     chars = int(offsets[-1])
     data = np.memmap(os.path.join(folder, "key_data.bin"), np.uint8, "r") if chars else np.zeros(0, np.uint8)
     parts = {name: npy(f"part-{i}.npy") for i, name in enumerate(manifest["parts"])}
+    crcs = (
+        {name: npy(f"crc-{i}.npy") for i, name in enumerate(manifest["parts"])}
+        if manifest["checksums"]
+        else None
+    )
     index = RowIndex(npy("shard_starts.npy"), npy("rows.npy") if n else np.zeros((0, 2), np.int64), parts,
-                     offsets, data, folder)  # fmt: skip
+                     offsets, data, folder, crcs)  # fmt: skip
     if (
         len(index) != n
         or len(index.rows) != n
@@ -149,6 +157,7 @@ def _map(folder: str, manifest: dict) -> RowIndex | None:
         or len(data) != chars
         or len(index.shard_starts) != manifest["shards"] + 1
         or any(len(p) != n for p in parts.values())
+        or (crcs is not None and any(len(c) != n for c in crcs.values()))
     ):
         return None
     return index
@@ -229,7 +238,10 @@ def build_lock(folder: str) -> Iterator[None]:
 
 def _batches(storage: Storage, tables: dict[str, pa.Table], name: str, columns: list[str]) -> Iterator:
     if name in tables:
-        yield from tables[name].select(columns).to_batches(max_chunksize=_BATCH_ROWS)
+        present = set(tables[name].schema.names)
+        yield from (
+            tables[name].select([c for c in columns if c in present]).to_batches(max_chunksize=_BATCH_ROWS)
+        )
         return
     import pyarrow.parquet as pq
 
@@ -242,7 +254,8 @@ def _batches(storage: Storage, tables: dict[str, pa.Table], name: str, columns: 
             pf = pq.ParquetFile(storage.local_path(rel), memory_map=True)
         elif pf is None:
             pf = pq.ParquetFile(storage.retrying_fs.open(storage.path_of(rel), "rb"))
-        yield from pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
+        present = set(pf.schema_arrow.names)  # optional columns (schema.OPTIONAL_COLUMNS) may be absent
+        yield from pf.iter_batches(batch_size=_BATCH_ROWS, columns=[c for c in columns if c in present])
     except (OSError, pa.ArrowException) as exc:
         if isinstance(exc, StorageError):
             raise
@@ -346,12 +359,13 @@ def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identit
             _written(rows, key_offsets)
     if done != n:
         raise LoaderError(f"{samples_where}: {done} samples, but the shards' sample_count adds up to {n}")
-    names = _write_parts(storage, tables, tmp, starts, rows)
+    names, checksums = _write_parts(storage, tables, tmp, starts, rows)
     manifest = {
         "version": ROW_INDEX_VERSION,
         "rows": n,
         "shards": len(counts),
         "parts": names,
+        "checksums": checksums,
         "source": identity,
         "files": {name: os.path.getsize(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))},
     }
@@ -359,15 +373,28 @@ def _write(storage: Storage, counts: np.ndarray, tables: dict, tmp: str, identit
         json.dump(manifest, f)
 
 
-def _write_parts(storage: Storage, tables: dict, tmp: str, starts: np.ndarray, rows: np.ndarray) -> list[str]:
-    """Scatter the parts table into one (relative offset, size) file per part name; returns the names."""
+def _write_parts(
+    storage: Storage, tables: dict, tmp: str, starts: np.ndarray, rows: np.ndarray
+) -> tuple[list[str], bool]:
+    """Scatter the parts table into one (relative offset, size) file per part name, and its CRC32C into one
+    crc file per part name; returns the names and whether every part had a CRC (else no crc file is kept)."""
     from numpy.lib.format import open_memmap
 
     n = len(rows)
     files: dict[str, np.ndarray] = {}
+    crc_files: dict[str, np.ndarray] = {}
+    checksums = True
     where = storage.url_of(f"{SIDE_INDEX_DIR}/parts")
-    cols = ["shard_id", "sample_index", "part_name", "content_offset", "content_size"]
+    cols = ["shard_id", "sample_index", "part_name", "content_offset", "content_size", "content_crc32c"]
     for batch in _batches(storage, tables, "parts", cols):
+        crc_col = batch["content_crc32c"] if "content_crc32c" in batch.schema.names else None
+        if checksums and (crc_col is None or crc_col.null_count):
+            checksums = False  # written before checksums or converted from index.sqlite: none at all
+            for name in list(crc_files):
+                crc_files.pop(name)
+            for i in range(len(files)):
+                os.remove(os.path.join(tmp, f"crc-{i}.npy"))
+        crc = ints_to_numpy(crc_col) if checksums else None
         g = _global_rows(
             starts,
             ints_to_numpy(batch["shard_id"]).astype(np.int64),
@@ -393,10 +420,16 @@ def _write_parts(storage: Storage, tables: dict, tmp: str, starts: np.ndarray, r
                 arr = open_memmap(os.path.join(tmp, f"part-{len(files)}.npy"), "w+", np.int64, (n, 2))
                 arr[:, 0] = -1
                 _written(arr)
+                if checksums:
+                    crc_files[name] = open_memmap(
+                        os.path.join(tmp, f"crc-{len(files)}.npy"), "w+", np.uint32, (n,)
+                    )
                 files[name] = arr
             window = np.array(files[name][lo:hi])  # a sample's parts may start in the previous batch
             window[g[m], 0] = rel[m]
             window[g[m], 1] = size[m]
             files[name][lo:hi] = window
-        _written(rows, *files.values())
-    return list(files)
+            if crc is not None:
+                crc_files[name][lo + g[m]] = crc[m]
+        _written(rows, *files.values(), *crc_files.values())
+    return list(files), checksums

@@ -27,6 +27,12 @@ class ShardFiles:
             fd = self._fds[path] = os.open(path, os.O_RDONLY)
         return fd
 
+    def forget(self, path: str) -> None:
+        """Close the descriptor of `path` if one is open (the file is opened again on its next use)."""
+        fd = self._fds.pop(path, None) if self._fork == _forks[0] else None
+        if fd is not None:
+            os.close(fd)
+
     def __getstate__(self) -> dict:  # descriptors are this process's: another process opens its own
         return {"max_fds": self.max_fds}
 

@@ -53,6 +53,9 @@ class SplitSource:
     #: the split position of row 0 (a metadataset subset starts inside the split; `subset` moves it): a sample's
     #: `SourceInfo.index` is its position in the split, as energon's
     row_offset: int = 0
+    #: part name -> CRC32C of each dataset row's payload (the row index's crc files, read through `rowmap`); None:
+    #: the dataset records no checksums (loader/verify_crc.py)
+    part_crcs: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -262,6 +265,7 @@ def mapped_source(
         parts={k: (MappedColumn(rowmap, a, 0), MappedColumn(rowmap, a, 1)) for k, a in index.parts.items()},
         _key_maps=index.maps(),
         rowmap=rowmap,
+        part_crcs=index.crcs,
     )
 
 
@@ -285,6 +289,7 @@ def map_index(src: SplitSource) -> SplitSource:
         columns += [c for _, pair in parts for c in pair]
         table = mapped("rows", np.stack([np.asarray(c, np.int64) for c in columns], axis=1))
         src.shard_id, src.sample_index, src.byte_offset, src.byte_size = (table[:, i] for i in range(4))
+        src.part_crcs = None  # they are read through a row map, which the copied columns no longer have
         if src.parts is not None:
             src.parts = {k: (table[:, 4 + 2 * i], table[:, 5 + 2 * i]) for i, (k, _) in enumerate(parts)}
         if src.keys is not None:

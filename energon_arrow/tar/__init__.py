@@ -5,6 +5,8 @@
   walk; the general walk over a sliding window where that cannot be used) and group its members into energon
   samples and parts.
 - `index_bytes(data, url)`: the same for a shard already in memory.
+  Both record the CRC32C of every part (`ShardIndex.part_crcs`, tar.crc) from the bytes the walk already has: the
+  mapped file or the downloaded object, or, streamed, each window / block as it passes.
 - `scan_members_fast(uint8_array)`: the vectorised walk for plain local shards (None: use the general one).
 - `scan_members(read, size, shard)` / `build_shard_index(members, shard)`: the two steps, for custom sources.
 - `TarFormatError(shard, reason, member, offset)`: every bad-shard error.
@@ -17,12 +19,13 @@ import mmap
 
 import numpy as np
 
+from energon_arrow.tar.crc import part_crcs
 from energon_arrow.tar.errors import TarFormatError
 from energon_arrow.tar.fastscan import scan_members_fast, scan_windows_fast
 from energon_arrow.tar.names import KEY_PART_RE, SKIP_META_RE, split_names
 from energon_arrow.tar.samples import ShardIndex, build_shard_index
 from energon_arrow.tar.scanner import Members, scan_members
-from energon_arrow.tar.source import open_source, stream_windows
+from energon_arrow.tar.source import in_memory, open_source, stream_windows
 
 
 def _map(storage, rel: str) -> np.ndarray:
@@ -37,9 +40,16 @@ STREAM_WINDOW = 16 << 20  # larger ones: windows of this size for the vectorised
 def index_bytes(data: bytes, url: str) -> ShardIndex:
     """Index a whole shard held in memory (`url` names it in errors)."""
     members = scan_members_fast(np.frombuffer(data, dtype=np.uint8)) if len(data) >= 1024 else None
-    if members is None:
-        members = scan_members(lambda offset, n: data[offset : offset + n], len(data), url)
-    return build_shard_index(members, url)
+    if members is not None:
+        return _with_crcs(build_shard_index(members, url), data)
+    read = in_memory(data)
+    return build_shard_index(scan_members(read, len(data), url, read.crc), url)
+
+
+def _with_crcs(index: ShardIndex, data) -> ShardIndex:
+    """`index` with the CRC32C of each part, computed from `data` (the whole shard)."""
+    index.part_crcs = part_crcs(data, index.part_offsets, index.part_sizes)
+    return index
 
 
 def reads_whole(storage, size: int) -> bool:
@@ -52,9 +62,10 @@ def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 
         size = storage.stat(rel).size
     url = storage.url_of(rel)
     if storage.is_local and size >= 1024:
-        members = scan_members_fast(_map(storage, rel))
+        mapped = _map(storage, rel)
+        members = scan_members_fast(mapped)
         if members is not None:
-            return build_shard_index(members, url)
+            return _with_crcs(build_shard_index(members, url), mapped)
     elif reads_whole(storage, size):
         return index_bytes(storage.read_range(rel, 0, size), url)  # one GET, no HEAD
     elif not storage.is_local and size > WHOLE_READ_LIMIT and STREAM_WINDOW >= 512:
@@ -64,7 +75,7 @@ def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 
             return build_shard_index(members, url)
         # extension headers, odd types or bad input: the general walk reads the shard again from the start
     with open_source(storage, rel, size, block_size) as read:
-        members = scan_members(read, size, url)
+        members = scan_members(read, size, url, read.crc)
     return build_shard_index(members, url)
 
 

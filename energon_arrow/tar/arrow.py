@@ -7,6 +7,7 @@ import pyarrow as pa
 
 _TYPES = {
     np.dtype(np.int32): pa.int32(),
+    np.dtype(np.uint32): pa.uint32(),
     np.dtype(np.int64): pa.int64(),
     np.dtype(np.uint64): pa.uint64(),
     np.dtype(np.float64): pa.float64(),

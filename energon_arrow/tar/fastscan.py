@@ -17,7 +17,7 @@ checksum sums most of it: the bulk of a local prepare's worker time); where that
 walks run as before.
 
 `scan_members_fast(arr) -> Members | None` (and `scan_windows_fast` for a shard that arrives window by
-window) handles the plain shards writers produce (USTAR/GNU headers of
+window, which also takes the CRC32C of every payload as its windows pass: `Members.crc`) handles the plain shards writers produce (USTAR/GNU headers of
 types '0', '7', links, devices, directories, fifos; no extension headers, no prefix field, octal sizes). It returns
 None whenever anything else shows up (PAX/GNU long names, truncation, bad checksums, ...): the caller then runs the
 general walk (`scanner.scan_members`), which either handles it or raises the precise error.
@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from energon_arrow.tar.crc import crc32c
 from energon_arrow.tar.header import BLOCK, bad_checksums
 from energon_arrow.tar.scanner import Members
 
@@ -192,10 +193,12 @@ def scan_windows_fast(windows, size: int) -> Members | None:
     expected = 0  # block number of the next header
     end_block = None
     parts = []
+    crcs = _WindowCrcs()
     for offset, arr in windows:
         b0, nb = offset // BLOCK, len(arr) // BLOCK
         if offset % BLOCK or (offset == 0 and (nb == 0 or arr[0] == 0x1F)):
             return None
+        crcs.carry_on(offset, arr)
         if expected >= b0 + nb:
             continue  # inside a payload
         blocks = arr[: nb * BLOCK].reshape(nb, BLOCK)
@@ -213,6 +216,7 @@ def scan_windows_fast(windows, size: int) -> Members | None:
         if part is None:
             return None
         parts.append(part)
+        crcs.start(offset, arr, part[1], part[2])
         expected = b0 + int(nxt[k - 1])
         if expected < b0 + nb:  # the chain stops inside this window: only at the end-of-archive block
             if blocks[expected - b0].any():
@@ -230,4 +234,43 @@ def scan_windows_fast(windows, size: int) -> Members | None:
         np.concatenate(sizes),
         pa.concat_arrays(names),
         end_block * BLOCK,
+        crcs.values(),
     )
+
+
+class _WindowCrcs:
+    """The CRC32C of each regular member's payload, computed window by window as `scan_windows_fast` walks: a
+    payload that starts in a window is taken up to the window's end, and the one that runs on (at most one: the
+    headers follow each other) is continued by the next windows (`carry_on`) until it ends."""
+
+    def __init__(self):
+        self._done: list[np.ndarray] = []
+        self._carry: tuple[np.ndarray, int, int, int] | None = None  # (array, slot, crc so far, payload end)
+
+    def carry_on(self, offset: int, arr: np.ndarray) -> None:
+        if self._carry is None:
+            return
+        out, slot, value, end = self._carry
+        take = min(end - offset, len(arr))
+        value = crc32c(memoryview(arr)[:take], value)
+        if offset + take >= end:
+            out[slot] = value
+            self._carry = None
+        else:
+            self._carry = (out, slot, value, end)
+
+    def start(self, offset: int, arr: np.ndarray, data: np.ndarray, sizes: np.ndarray) -> None:
+        """Payloads at `data` (file offsets) of `sizes` bytes, whose headers are in window (offset, arr)."""
+        out = np.empty(len(data), np.uint32)
+        view, win_end = memoryview(arr), offset + len(arr)
+        for i, (lo, n) in enumerate(zip(data.tolist(), sizes.tolist())):
+            if lo + n <= win_end:
+                out[i] = crc32c(view[lo - offset : lo - offset + n])
+            else:  # the last one runs into the next window
+                self._carry = (out, i, crc32c(view[min(lo, win_end) - offset :]), lo + n)
+        self._done.append(out)
+
+    def values(self) -> np.ndarray | None:
+        if self._carry is not None:  # the data ended inside a payload: the walk declines such shards
+            return None
+        return np.concatenate(self._done) if self._done else np.zeros(0, np.uint32)

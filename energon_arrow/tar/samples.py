@@ -35,6 +35,7 @@ class ShardIndex:
     part_sizes: np.ndarray  # int64
     data_end: int
     fingerprint: str | None = None  # energon_arrow.index.fingerprint of the shard, set by prepare's workers
+    part_crcs: np.ndarray | None = None  # uint32 CRC32C of each part's payload (tar.crc); None: not recorded
 
     @property
     def sample_count(self) -> int:
@@ -85,6 +86,7 @@ def build_shard_index(members: Members, shard: str) -> ShardIndex:
         part_offsets=members.data_offset[idx],
         part_sizes=members.size[idx],
         data_end=members.data_end,
+        part_crcs=None if members.crc is None else members.crc[idx],
     )
 
 

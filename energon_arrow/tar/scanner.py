@@ -54,10 +54,14 @@ class Members:
     size: np.ndarray  # payload size
     names: pa.Array  # binary: full member names as stored (UTF-8 expected)
     data_end: int  # end of the last member's padded payload (where the EOF blocks start)
+    crc: np.ndarray | None = None  # uint32 CRC32C of each payload, when the walk computed it (tar.crc)
 
 
-def scan_members(read, size: int, shard: str) -> Members:
+def scan_members(read, size: int, shard: str, crc=None) -> Members:
+    """`crc(offset, n) -> int`, when given: the CRC32C of the n payload bytes at `offset`, called for each regular
+    member right after its header was read (offsets stay non-decreasing); `Members.crc` holds them."""
     starts: list[int] = []
+    crcs: list[int] = []
     data_offsets: list[int] = []
     sizes: list[int] = []
     names: list[bytes] = []
@@ -161,6 +165,8 @@ def scan_members(read, size: int, shard: str) -> Members:
             data_offsets.append(data)
             sizes.append(member_size)
             names.append(name)
+            if crc is not None:
+                crcs.append(crc(data, member_size))
             off = end
             ext_start, long_name, local_pax = -1, None, None
         elif t in _EXTENSION:
@@ -211,6 +217,7 @@ def scan_members(read, size: int, shard: str) -> Members:
         np.array(sizes, dtype=np.int64),
         from_bytes_list(names),
         off,
+        np.array(crcs, dtype=np.uint32) if crc is not None else None,
     )
 
 

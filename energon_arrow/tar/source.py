@@ -4,8 +4,10 @@
 - everything else (S3, memory://): one sequential `Storage.open_stream` with large blocks fetched ahead, behind a
   sliding window, so no per-header requests are made.
 
-`open_source(storage, rel, size, block_size)` is a context manager yielding `read`; `stream_windows(storage, rel,
-window)` yields a remote object as consecutive large numpy windows for the vectorised walk.
+`open_source(storage, rel, size, block_size)` is a context manager yielding `read`, whose `read.crc(offset, n)`
+gives the CRC32C of n bytes at `offset` from the same source (the payload after the header just read: the
+stream passes through it once, as it does when skipping it); `stream_windows(storage, rel, window)` yields a
+remote object as consecutive large numpy windows for the vectorised walk.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import numpy as np
 
 from energon_arrow.adapters.errors import classify
+from energon_arrow.tar.crc import crc32c
 
 
 class StreamWindow:
@@ -35,7 +38,28 @@ class StreamWindow:
             return self._buf[rel : rel + n]
         return self._refill(offset, n)
 
+    def crc(self, offset: int, n: int) -> int:
+        """CRC32C of bytes [offset, offset + n), read on through the stream a block at a time."""
+        value, pos, end = 0, offset, offset + n
+        while pos < end:
+            rel = pos - self._base
+            if rel < 0 or rel >= len(self._buf):
+                self._fill(pos, min(end - pos, self._block))
+                rel = 0
+                if not self._buf:
+                    break  # the stream ended early: the walk reports the truncation
+            take = min(end - pos, len(self._buf) - rel)
+            with memoryview(self._buf) as view:
+                value = crc32c(view[rel : rel + take], value)
+            pos += take
+        return value
+
     def _refill(self, offset: int, n: int) -> bytes:
+        self._fill(offset, n)
+        return self._buf[:n]
+
+    def _fill(self, offset: int, n: int) -> None:
+        """Make the buffer start at `offset` and hold at least n bytes (fewer at the end of the stream)."""
         buf_end = self._base + len(self._buf)
         if offset >= buf_end:
             self._skip(offset - buf_end)
@@ -54,7 +78,6 @@ class StreamWindow:
             parts.append(chunk)
             have += len(chunk)
         self._buf = b"".join(parts) if len(parts) > 1 else kept
-        return self._buf[:n]
 
     def _skip(self, count: int) -> None:
         if count <= 0:
@@ -89,15 +112,34 @@ def open_source(storage, rel: str, size: int, block_size: int = 8 << 20, depth: 
         try:
             with contextlib.suppress(AttributeError, OSError):
                 mm.madvise(mmap.MADV_SEQUENTIAL)
-            yield lambda offset, n: mm[offset : offset + n]
+            with memoryview(mm) as view:  # released before the close
+                yield _Mapped(mm, view)
         finally:
             mm.close()
         return
     if size == 0:
-        yield lambda offset, n: b""
+        yield _Mapped(b"", memoryview(b""))
         return
     with storage.open_stream(rel, block_size=block_size, depth=depth) as stream:
         yield StreamWindow(stream, block_size)
+
+
+class _Mapped:
+    """`read` (and `read.crc`) over bytes held whole: a memory map or a buffer."""
+
+    def __init__(self, data, view: memoryview):
+        self.data, self.view = data, view
+
+    def __call__(self, offset: int, n: int) -> bytes:
+        return self.data[offset : offset + n]
+
+    def crc(self, offset: int, n: int) -> int:
+        return crc32c(self.view[offset : offset + n])
+
+
+def in_memory(data) -> _Mapped:
+    """`read`/`read.crc` over a buffer (a shard read whole)."""
+    return _Mapped(data, memoryview(data))
 
 
 def stream_windows(storage, rel: str, window: int, depth: int = 2):

@@ -6,8 +6,8 @@ valid). Faults: `"slowdown"` (503 SlowDown), `"error500"` (500 InternalError), `
 TooManyRequests), `"503:<Code>"` (503 with any error code, e.g. a throttling code), `"reset"` (the TCP connection
 is reset before any answer), and for GETs `"stall"` (headers, then no byte for `stall_s` seconds) and
 `"truncate"` (the full Content-Length announced, half the body sent, the connection closed) and
-`"corrupt_response"` (the whole body sent with one byte flipped: what a checksum of the content must catch), and
-for PUTs
+`"corrupt_response"` (the whole body sent with one bit flipped in each eighth of it: bytes damaged on the way that
+no length check notices), and for PUTs
 `"corrupt_request"` (one byte of the request body flipped on its way to the server, whose checksum check, if the
 client sent a checksum, refuses it). `inject_for(path_part, *faults)` queues faults for the requests whose path
 contains `path_part` only (e.g. the GETs of one file). `outage(seconds)` answers every request with 503 for that long. Every request
@@ -123,12 +123,14 @@ class FaultProxy:
                         self.wfile.flush()
                         self.close_connection = True
                         return
-                    if fault == "corrupt_response" and data:
-                        at = len(data) // 2
-                        data = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
                     if fault == "stall":
                         self.wfile.flush()
                         time.sleep(proxy.stall_s)
+                    if fault == "corrupt_response" and data:
+                        damaged = bytearray(data)
+                        for at in {len(data) * k // 8 for k in range(1, 8)}:
+                            damaged[at] ^= 0x01
+                        data = bytes(damaged)
                     self.wfile.write(data)
                 except OSError:  # the client gave up waiting (a stall)
                     self.close_connection = True
