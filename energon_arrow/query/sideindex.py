@@ -104,7 +104,8 @@ def _read_footer(storage: Storage, rel: str) -> pq.FileMetaData:
             check_size(storage, rel, os.path.getsize(path))
             return pq.read_metadata(path)
         with storage.retrying_fs.open(storage.path_of(rel), "rb") as f:
-            check_size(storage, rel, f.size)
+            size = getattr(f, "size", None)  # fsspec's files; multi-storage-client's have none
+            check_size(storage, rel, size if isinstance(size, int) else storage.stat(rel).size)
             return pq.read_metadata(f)
     except IntegrityError:
         raise
