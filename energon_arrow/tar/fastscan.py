@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from energon_arrow.tar.crc import crc32c
+from energon_arrow.tar.crc import crc32c, part_crcs
 from energon_arrow.tar.header import BLOCK, bad_checksums
 from energon_arrow.tar.scanner import Members
 
@@ -261,13 +261,21 @@ class _WindowCrcs:
 
     def start(self, offset: int, arr: np.ndarray, data: np.ndarray, sizes: np.ndarray) -> None:
         """Payloads at `data` (file offsets) of `sizes` bytes, whose headers are in window (offset, arr)."""
+        win_end = offset + len(arr)
+        inside = int(
+            np.searchsorted(data + sizes > win_end, True)
+        )  # payloads in order: only the last can run on
         out = np.empty(len(data), np.uint32)
-        view, win_end = memoryview(arr), offset + len(arr)
-        for i, (lo, n) in enumerate(zip(data.tolist(), sizes.tolist())):
-            if lo + n <= win_end:
-                out[i] = crc32c(view[lo - offset : lo - offset + n])
-            else:  # the last one runs into the next window
-                self._carry = (out, i, crc32c(view[min(lo, win_end) - offset :]), lo + n)
+        out[:inside] = part_crcs(arr, data[:inside] - offset, sizes[:inside])
+        if inside < len(data):  # the last one runs into the next window
+            lo = int(data[inside])
+            with memoryview(arr) as view:
+                self._carry = (
+                    out,
+                    inside,
+                    crc32c(view[min(lo, win_end) - offset :]),
+                    lo + int(sizes[inside]),
+                )
         self._done.append(out)
 
     def values(self) -> np.ndarray | None:

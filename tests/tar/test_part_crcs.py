@@ -72,3 +72,27 @@ def test_every_walk_records_the_part_crcs(tmp_path, monkeypatch, where):
 def test_index_bytes_records_the_part_crcs():
     for name, data in _shards().items():
         _check(index_bytes(data, name), data, name)
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_part_crcs_of_many_ranges_equal_the_packages_values(monkeypatch, kernel):
+    """The C kernel (one call for every range, GIL released) and the per-part package calls give the same CRCs,
+    empty and unaligned ranges included; a range outside the buffer is an error, not a read past its end."""
+    from crc32c import crc32c
+
+    from energon_arrow.tar import crc
+
+    if kernel and not crc._KERNEL:
+        pytest.skip("the C kernel is not built here, or the CPU has no CRC32 instructions")
+    monkeypatch.setattr(crc, "_KERNEL", kernel)
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 256, 1 << 16, dtype=np.uint8).tobytes()
+    starts = rng.integers(0, 1 << 15, 300)
+    sizes = rng.integers(0, 1 << 15, 300)
+    sizes[:5] = 0
+    got = crc.part_crcs(memoryview(data), starts, sizes)
+    assert got.dtype == np.uint32
+    assert got.tolist() == [crc32c(data[a : a + n]) for a, n in zip(starts.tolist(), sizes.tolist())]
+    if kernel:
+        with pytest.raises(ValueError, match="outside the buffer"):
+            crc.part_crcs(data, np.array([10]), np.array([len(data)]))
