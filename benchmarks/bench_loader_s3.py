@@ -21,7 +21,12 @@
   server in an untimed epoch, without and with the cache (target: at most 1.1x without it, reported as
   needed / fetched >= 0.91);
 - rank 0 of 8 ranks over s3:// vs energon 7.4.1's rank 0 of 8 over msc:// (no target: the issue's targets are for
-  one rank), with its GETs and bytes per byte needed in the notes.
+  one rank), with its GETs and bytes per byte needed in the notes;
+- issue 28: the S3 epoch vs the local-disk epoch (target 0.8), and the loader's CPU seconds per epoch (training
+  process + its workers, from getrusage; target: S3 at most 1.15x local), with SeaweedFS's CPU seconds during the
+  S3 epoch (from /proc) in the notes, so the two costs are never mixed up;
+- issue 27: an S3 epoch with `verify="crc"` vs the same epoch without, on a copy of the shards prepared by
+  energon-arrow (which records each part's CRC32C), alternating (target 0.9: the cost decides the default).
 
 A bar chart of the epoch medians (local, S3, S3 + cache, energon over msc://) goes to results/loader_s3.svg.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import shutil
 import statistics
 import tempfile
@@ -45,14 +51,44 @@ _MSC_PROFILE = "ea-bench"
 RANKS = 8  # the multi-rank row: rank 0 of RANKS ranks (one node of 8 GPUs)
 
 
-def _upload(server, root: str, bucket: str) -> str:
+def _upload(server, root: str, bucket: str, prefix: str = "ds") -> str:
     client = server.client()
     for dirpath, _, files in os.walk(root):
         for name in files:
             path = os.path.join(dirpath, name)
-            key = "ds/" + os.path.relpath(path, root).replace(os.sep, "/")
+            key = f"{prefix}/" + os.path.relpath(path, root).replace(os.sep, "/")
             client.upload_file(path, bucket, key)
-    return f"s3://{bucket}/ds"
+    return f"s3://{bucket}/{prefix}"
+
+
+def _checksummed_copy(root: str, folder: str) -> str:
+    """The benchmark's shards (hard links) prepared by energon-arrow, which records each part's CRC32C (the
+    energon-prepared original has none for verify="crc" to check)."""
+    from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+    from energon_arrow.meta import field_map_dataset, parse_split_ratio
+
+    copy = os.path.join(folder, "ds-crc")
+    os.makedirs(os.path.join(copy, "shards"))
+    for name in os.listdir(os.path.join(root, "shards")):
+        os.link(os.path.join(root, "shards", name), os.path.join(copy, "shards", name))
+    options = PrepareOptions(
+        split_ratio=parse_split_ratio("1,0,0"),
+        dataset_yaml=field_map_dataset("CaptioningSample", {"image": "jpg", "caption": "txt"}),
+        num_workers=2,
+    )
+    prepare_dataset(copy, options)
+    return copy
+
+
+def _cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) so far: of this process and its waited-for children (the loader's workers are
+    joined at the end of each epoch), or of process `pid` (the SeaweedFS server) from /proc."""
+    if pid is not None:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 _POOLS: weakref.WeakSet = weakref.WeakSet()
@@ -100,14 +136,22 @@ def _botocore_checksums_when_required():
                 os.environ[n] = v
 
 
-def _epoch(api, root, options=None, world_size: int = 1) -> tuple[float, int]:
+_CPU: dict[str, float] = {}  # CPU seconds per epoch: "loader" (training process + workers), "server"
+
+
+def _epoch(api, root, options=None, world_size: int = 1, server_pid: int | None = None) -> tuple[float, int]:
     """(seconds, samples) of one epoch of raw-bytes training batches of rank 0 of `world_size`: the loader's
-    workers start inside the timing, opening the dataset (index reads, the same for every side) does not."""
+    workers start inside the timing, opening the dataset (index reads, the same for every side) does not. The CPU
+    seconds it cost (the loader's; the server's with `server_pid`) go to _CPU."""
     kw = {} if options is None else {"storage_options": options}
     ds = _train_dataset(api, root, repeat=False, world_size=world_size, **kw)
+    cpu0, server0 = _cpu_s(), _cpu_s(server_pid) if server_pid else 0.0
     t0 = time.perf_counter()
     n = sum(len(b.__key__) for b in api.get_loader(ds))
-    return time.perf_counter() - t0, n
+    seconds = time.perf_counter() - t0
+    _CPU["loader"] = _cpu_s() - cpu0
+    _CPU["server"] = _cpu_s(server_pid) - server0 if server_pid else 0.0
+    return seconds, n
 
 
 def _sequential_mb_s(url: str, options: dict, rels: list[str]) -> float:
@@ -179,16 +223,32 @@ def run(args) -> list[Comparison]:
                 "local_beside_cached",
                 "s3_rank",
                 "msc_rank",
+                "crc_plain",
+                "crc_verify",
+                "cpu_local",
+                "cpu_s3",
+                "cpu_server_s3",
             )
         }
+        crc_url = _upload(server, _checksummed_copy(root, tmp), bucket, "ds-crc")
+        pid = server.process.pid
         samples = shards * per_shard
         for i in range(repeats):
             t, n = _epoch(ea, root)
             assert n == samples, n
             sides["local"].append(n / t)
-            t, n = _epoch(ea, url, options)
+            sides["cpu_local"].append(_CPU["loader"])
+            t, n = _epoch(ea, url, options, server_pid=pid)
             assert n == samples, n
             sides["s3"].append(n / t)
+            sides["cpu_s3"].append(_CPU["loader"])
+            sides["cpu_server_s3"].append(_CPU["server"])
+            # verify="crc" (issue 27: on by default for remote reads if it costs < 10%), on the checksummed copy
+            for side in ("crc_plain", "crc_verify")[:: 1 if i % 2 == 0 else -1]:
+                extra = {"verify": "crc"} if side == "crc_verify" else {}
+                t, n = _epoch(ea, crc_url, {**options, **extra})
+                assert n == samples, n
+                sides[side].append(n / t)
             sides["sequential"].append(_sequential_mb_s(url, options, rels))
             with _botocore_checksums_when_required():
                 t, n = _epoch(megatron.energon, msc_url)
@@ -243,6 +303,29 @@ def run(args) -> list[Comparison]:
             sides["sequential"],
             target=0.7,
             notes={"s3_samples_per_s": sides["s3"], "local_samples_per_s": sides["local"]},
+        ),
+        Comparison(
+            f"S3 epoch vs local-disk epoch (issue 28), {setup}",
+            "samples/s",
+            sides["s3"],
+            sides["local"],
+            target=0.8,
+        ),
+        Comparison(
+            f"loader CPU seconds per epoch (training process + workers): local disk vs S3 (issue 28: S3 <= 1.15x "
+            f"local, i.e. ratio >= 0.87), {setup}",
+            "s",
+            sides["cpu_s3"],
+            sides["cpu_local"],
+            target=1 / 1.15,
+            notes={"seaweedfs_cpu_s_per_s3_epoch": sides["cpu_server_s3"]},
+        ),
+        Comparison(
+            f"S3 epoch with verify='crc' vs without, energon-arrow-prepared copy (issue 27), {setup}",
+            "samples/s",
+            sides["crc_verify"],
+            sides["crc_plain"],
+            target=0.9,
         ),
         Comparison(
             f"S3 epoch vs energon 7.4.1 over msc://, {setup}",
