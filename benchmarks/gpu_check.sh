@@ -4,9 +4,10 @@
 # decode with the real torchvision), the GPU image benchmark (transfer stage for image batches, nvjpeg, the loader
 # feeding nvjpeg) and the loader benchmark's 64 MiB host-to-device row; with SUITE=1 also the loader and sample
 # suites on a machine where CUDA is present. Logs and results go to $OUT (default /tmp/gpu-check).
-# Packages the machine lacks travel as wheels in .whl/ (duckdb, polars, braceexpand for Python 3.12):
+# Packages the machine lacks travel as wheels in .whl/ (duckdb, polars, braceexpand, crc32c for Python 3.12;
+# `run` with carry [".whl"]):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl duckdb polars==1.0.0 braceexpand
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl duckdb polars==1.0.0 braceexpand crc32c
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu-check}
