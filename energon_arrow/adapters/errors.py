@@ -141,6 +141,10 @@ def _chain(exc: BaseException):
         cur = cur.__cause__ or cur.__context__
 
 
+# what OpenSSL says when the other side of an https:// endpoint answers in plain HTTP
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "wrong version number", "RECORD_LAYER_FAILURE", "packet length too long")
+
+
 def classify(exc: BaseException, url: str) -> StorageError:
     """Map any backend exception to a StorageError subclass that names `url` (already redacted)."""
     if isinstance(exc, StorageError):
@@ -163,6 +167,10 @@ def classify(exc: BaseException, url: str) -> StorageError:
         return StorageError(
             url,
             f"TLS certificate check failed ({detail}); give the CA bundle (AWS_CA_BUNDLE, client_kwargs.verify)",
+        )
+    if any(marker in str(e) for e in _chain(exc) for marker in _NOT_TLS):  # permanent: retrying cannot help
+        return StorageError(
+            url, f"the endpoint does not speak TLS: is it http:// rather than https://? ({detail})"
         )
     # the HTTP status decides first; the error code only refines a 4xx (or a response without a status)
     if is_transient_status(status):

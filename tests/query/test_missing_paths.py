@@ -40,3 +40,25 @@ def test_missing_bucket_and_empty_prefix_on_s3(s3_root, capsys):
     assert exc.value.code != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"bucket '{bucket}' not found" in err[0], err
+
+
+@pytest.mark.s3
+def test_https_against_a_plain_http_endpoint_is_one_line_without_retries(s3_root, capsys):
+    """Every command says the same: the endpoint does not speak TLS (not a transient error retried 5 times)."""
+    url, options = s3_root
+    https = {**options, "endpoint_url": options["endpoint_url"].replace("http://", "https://")}
+    for args in (
+        ["info", url],
+        ["query", url, "SELECT 1"],
+        ["prepare", "--split-ratio", "1,0,0", url],
+        ["lint", url],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main([args[0], "--storage-options", json.dumps(https), *args[1:]])
+        assert exc.value.code != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "does not speak TLS: is it http:// rather than https://?" in err[0], (
+            args,
+            err,
+        )
+        assert "transient" not in err[0] and "gave up" not in err[0], err
