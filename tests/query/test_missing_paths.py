@@ -62,3 +62,27 @@ def test_https_against_a_plain_http_endpoint_is_one_line_without_retries(s3_root
             err,
         )
         assert "transient" not in err[0] and "gave up" not in err[0], err
+
+
+@pytest.mark.s3
+def test_no_credentials_is_the_same_line_in_every_command(s3_root, capsys, monkeypatch, tmp_path):
+    """No key in the options and none in the environment or a profile: every command says so (the direct client
+    no longer sends unsigned requests that a store allowing anonymous reads answers with a misleading 404)."""
+    url, options = s3_root
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    bare = {k: v for k, v in options.items() if k not in ("key", "secret", "token")}
+    for args in (
+        ["info", url],
+        ["query", url, "SELECT 1"],
+        ["prepare", "--split-ratio", "1,0,0", url],
+        ["lint", url],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main([args[0], "--storage-options", json.dumps(bare), *args[1:]])
+        assert exc.value.code != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "no usable S3 credentials" in err[0], (args, err)
