@@ -91,11 +91,8 @@ class Backends:
                 options["config_kwargs"] = opts.botocore_retries(
                     options.get("config_kwargs"), s3fs_attempts(self.retry)
                 )
-            reader = self._fs_class()(skip_instance_cache=True, **options)
-            reader.retries = (
-                s3fs_attempts(self.retry) if s3fs_retries else 1
-            )  # one retry loop, never two multiplied
-            self._retrying_fs = reader
+            retries = s3fs_attempts(self.retry) if s3fs_retries else 1  # one retry loop, never two multiplied
+            self._retrying_fs = _retrying_instance(self._fs_class(), options, retries)
         return self._retrying_fs
 
     @property
@@ -115,6 +112,26 @@ class Backends:
                     self.url, f"cannot set up S3 access: {secrets.redact(exc, options)}"
                 ) from None
         return self._direct_client or None
+
+
+_RETRYING: dict[tuple, Any] = {}  # (pid, options token, retries) -> a retrying s3fs instance, oldest first
+
+
+def _retrying_instance(cls, options: dict, retries: int):
+    """The retrying s3fs instance for these options in this process, made once: each new instance builds a botocore
+    client (service model, TLS context: 70-180 ms of CPU), which every dataset open paid again (fsspec's own
+    instance cache would hand out `fs`, whose retries must stay 1)."""
+    from fsspec.utils import tokenize
+
+    key = (os.getpid(), tokenize(options), retries)
+    reader = _RETRYING.get(key)
+    if reader is None:
+        reader = cls(skip_instance_cache=True, **options)
+        reader.retries = retries
+        if len(_RETRYING) >= 8:  # bounded: drop the oldest (another process's after a fork, or unused options)
+            del _RETRYING[next(iter(_RETRYING))]
+        _RETRYING[key] = reader
+    return reader
 
 
 def s3fs_attempts(policy) -> int:
