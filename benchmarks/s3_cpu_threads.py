@@ -1,6 +1,7 @@
 """Where an S3 epoch's extra CPU goes (issue 28): `python -m benchmarks.s3_cpu_threads` (after `python -m
 benchmarks.run loader`, whose 64 x 1,000 dataset it reads). One local-disk and one s3:// epoch (SeaweedFS on
-loopback) alternate 3 times after a warm-up; a thread samples /proc every 20 ms and keeps each thread's last CPU
+loopback) alternate 3 times after a warm-up, each timed from the loader's start (opening the dataset not counted,
+as in bench_loader_s3); a thread samples /proc every 20 ms and keeps each thread's last CPU
 time, so the workers' threads are counted before they exit. Printed: a Markdown table of CPU seconds per epoch
 (medians) by process and thread kind (a worker's main thread assembles batches; its other threads are the fetch
 pool and the DataLoader's result feeder), with the SeaweedFS server's own CPU in its own row.
@@ -57,12 +58,9 @@ def epoch(url: str, opts: dict | None, server_pid: int) -> tuple[float, collecti
                     seen[(pid, tid)] = cpu
             time.sleep(0.02)
 
-    base = {}
-    for pid in [me]:
-        for tid, cpu in threads_of(pid).items():
-            base[(pid, tid)] = cpu
+    ds = _train_dataset(ea, url, repeat=False, **({"storage_options": opts} if opts else {}))  # not counted
+    base = dict(((me, tid), cpu) for tid, cpu in threads_of(me).items())
     srv0 = sum(threads_of(server_pid).values())
-    ds = _train_dataset(ea, url, repeat=False, **({"storage_options": opts} if opts else {}))
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     t0 = time.perf_counter()
