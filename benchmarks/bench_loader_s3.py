@@ -80,13 +80,16 @@ def _checksummed_copy(root: str, folder: str) -> str:
     return copy
 
 
-def _cpu_s(pid: int | None = None) -> float:
-    """CPU seconds (user + system) so far: of this process and its waited-for children (the loader's workers are
-    joined at the end of each epoch), or of process `pid` (the SeaweedFS server) from /proc."""
-    if pid is not None:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def proc_cpu_s(stat_path: str) -> float:
+    """User + system CPU seconds of a process or thread from its /proc stat file."""
+    with open(stat_path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _loader_cpu_s() -> float:
+    """CPU seconds so far of this process and its waited-for children (the loader's workers are joined at the end
+    of each epoch)."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
@@ -136,22 +139,25 @@ def _botocore_checksums_when_required():
                 os.environ[n] = v
 
 
-_CPU: dict[str, float] = {}  # CPU seconds per epoch: "loader" (training process + workers), "server"
-
-
-def _epoch(api, root, options=None, world_size: int = 1, server_pid: int | None = None) -> tuple[float, int]:
+def _epoch(api, root, options=None, world_size: int = 1) -> tuple[float, int]:
     """(seconds, samples) of one epoch of raw-bytes training batches of rank 0 of `world_size`: the loader's
-    workers start inside the timing, opening the dataset (index reads, the same for every side) does not. The CPU
-    seconds it cost (the loader's; the server's with `server_pid`) go to _CPU."""
+    workers start inside the timing, opening the dataset (index reads, the same for every side) does not."""
+    seconds, samples, _, _ = _epoch_cpu(api, root, options, world_size)
+    return seconds, samples
+
+
+def _epoch_cpu(api, root, options=None, world_size: int = 1, server_pid: int | None = None) -> tuple:
+    """`_epoch` with the CPU seconds it cost: (seconds, samples, the loader's CPU-s, the server's CPU-s with
+    `server_pid`, else 0)."""
     kw = {} if options is None else {"storage_options": options}
     ds = _train_dataset(api, root, repeat=False, world_size=world_size, **kw)
-    cpu0, server0 = _cpu_s(), _cpu_s(server_pid) if server_pid else 0.0
+    server_stat = f"/proc/{server_pid}/stat" if server_pid else None
+    cpu0, server0 = _loader_cpu_s(), proc_cpu_s(server_stat) if server_stat else 0.0
     t0 = time.perf_counter()
     n = sum(len(b.__key__) for b in api.get_loader(ds))
     seconds = time.perf_counter() - t0
-    _CPU["loader"] = _cpu_s() - cpu0
-    _CPU["server"] = _cpu_s(server_pid) - server0 if server_pid else 0.0
-    return seconds, n
+    server = proc_cpu_s(server_stat) - server0 if server_stat else 0.0
+    return seconds, n, _loader_cpu_s() - cpu0, server
 
 
 def _sequential_mb_s(url: str, options: dict, rels: list[str]) -> float:
@@ -234,15 +240,15 @@ def run(args) -> list[Comparison]:
         pid = server.process.pid
         samples = shards * per_shard
         for i in range(repeats):
-            t, n = _epoch(ea, root)
+            t, n, cpu, _ = _epoch_cpu(ea, root)
             assert n == samples, n
             sides["local"].append(n / t)
-            sides["cpu_local"].append(_CPU["loader"])
-            t, n = _epoch(ea, url, options, server_pid=pid)
+            sides["cpu_local"].append(cpu)
+            t, n, cpu, server_cpu = _epoch_cpu(ea, url, options, server_pid=pid)
             assert n == samples, n
             sides["s3"].append(n / t)
-            sides["cpu_s3"].append(_CPU["loader"])
-            sides["cpu_server_s3"].append(_CPU["server"])
+            sides["cpu_s3"].append(cpu)
+            sides["cpu_server_s3"].append(server_cpu)
             # verify="crc" (issue 27: on by default for remote reads if it costs < 10%), on the checksummed copy
             for side in ("crc_plain", "crc_verify")[:: 1 if i % 2 == 0 else -1]:
                 extra = {"verify": "crc"} if side == "crc_verify" else {}

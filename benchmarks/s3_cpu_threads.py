@@ -14,10 +14,9 @@ import threading
 import time
 
 import energon_arrow as ea
-from benchmarks.bench_loader_s3 import _train_dataset, _upload
+from benchmarks.bench_loader_s3 import _train_dataset, _upload, proc_cpu_s
 from energon_arrow.testing.seaweedfs import start_seaweedfs
 
-TICK = os.sysconf("SC_CLK_TCK")
 ROOT = os.path.join(os.environ.get("EA_BENCH_DIR", "/tmp/ea-bench-loader"), "ds-64x1000")
 
 
@@ -26,9 +25,7 @@ def threads_of(pid: int) -> dict[int, float]:
     out = {}
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fl = f.read().rsplit(")", 1)[1].split()
-            out[int(tid)] = (int(fl[11]) + int(fl[12])) / TICK
+            out[int(tid)] = proc_cpu_s(f"/proc/{pid}/task/{tid}/stat")
     except OSError:
         pass
     return out

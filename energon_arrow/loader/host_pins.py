@@ -59,11 +59,13 @@ class HostPins:
 
     def unpin(self, storage: torch.UntypedStorage) -> None:
         """Unregister `storage`'s memory (if it was registered), after every copy queued on the device is done."""
-        ptr = storage.data_ptr()
-        if self._ranges.pop(ptr, None) is not None:
-            torch.cuda.synchronize(self.device)
-            self._cudart.cudaHostUnregister(ptr)
+        self.unpin_all([storage])
 
     def unpin_all(self, storages) -> None:
-        for storage in storages:
-            self.unpin(storage)
+        """`unpin` for each of `storages`, waiting for the device once."""
+        ptrs = [s.data_ptr() for s in storages if s.data_ptr() in self._ranges]
+        if ptrs:
+            torch.cuda.synchronize(self.device)
+        for ptr in ptrs:
+            del self._ranges[ptr]
+            self._cudart.cudaHostUnregister(ptr)

@@ -42,11 +42,9 @@ def test_missing_bucket_and_empty_prefix_on_s3(s3_root, capsys):
     assert len(err) == 1 and f"bucket '{bucket}' not found" in err[0], err
 
 
-@pytest.mark.s3
-def test_https_against_a_plain_http_endpoint_is_one_line_without_retries(s3_root, capsys):
-    """Every command says the same: the endpoint does not speak TLS (not a transient error retried 5 times)."""
-    url, options = s3_root
-    https = {**options, "endpoint_url": options["endpoint_url"].replace("http://", "https://")}
+def _error_lines(url: str, options: dict, capsys) -> dict[str, list[str]]:
+    """Each command's stderr lines when it fails against `url` with `options` (every one must exit non-zero)."""
+    out = {}
     for args in (
         ["info", url],
         ["query", url, "SELECT 1"],
@@ -54,11 +52,20 @@ def test_https_against_a_plain_http_endpoint_is_one_line_without_retries(s3_root
         ["lint", url],
     ):
         with pytest.raises(SystemExit) as exc:
-            main([args[0], "--storage-options", json.dumps(https), *args[1:]])
-        assert exc.value.code != 0
-        err = capsys.readouterr().err.strip().splitlines()
+            main([args[0], "--storage-options", json.dumps(options), *args[1:]])
+        assert exc.value.code != 0, args
+        out[args[0]] = capsys.readouterr().err.strip().splitlines()
+    return out
+
+
+@pytest.mark.s3
+def test_https_against_a_plain_http_endpoint_is_one_line_without_retries(s3_root, capsys):
+    """Every command says the same: the endpoint does not speak TLS (not a transient error retried 5 times)."""
+    url, options = s3_root
+    https = {**options, "endpoint_url": options["endpoint_url"].replace("http://", "https://")}
+    for command, err in _error_lines(url, https, capsys).items():
         assert len(err) == 1 and "does not speak TLS: is it http:// rather than https://?" in err[0], (
-            args,
+            command,
             err,
         )
         assert "transient" not in err[0] and "gave up" not in err[0], err
@@ -75,14 +82,5 @@ def test_no_credentials_is_the_same_line_in_every_command(s3_root, capsys, monke
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     bare = {k: v for k, v in options.items() if k not in ("key", "secret", "token")}
-    for args in (
-        ["info", url],
-        ["query", url, "SELECT 1"],
-        ["prepare", "--split-ratio", "1,0,0", url],
-        ["lint", url],
-    ):
-        with pytest.raises(SystemExit) as exc:
-            main([args[0], "--storage-options", json.dumps(bare), *args[1:]])
-        assert exc.value.code != 0
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "no usable S3 credentials" in err[0], (args, err)
+    for command, err in _error_lines(url, bare, capsys).items():
+        assert len(err) == 1 and "no usable S3 credentials" in err[0], (command, err)
