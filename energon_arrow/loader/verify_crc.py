@@ -5,9 +5,9 @@ storage option `verify` (or ENERGON_ARROW_VERIFY); off by default. `resolve_veri
 source: a source without checksums (prepared by energon, or by an energon-arrow before they were recorded) is an
 error when "crc" was asked for explicitly, and a logged warning when it comes from the environment variable.
 
-`VerifiedReader(reader, src)` wraps a source's reader (loader/reader.py): after each batch is read, one CRC call
-per part (the C library over a view of the fetched window or run, no copy) compares it with the row index's
-crc file. A sample with a mismatch is read again on its own, straight from the storage, and checked again, until
+`VerifiedReader(reader, src)` wraps a source's reader (loader/reader.py): after each batch is read, the CRCs of
+its parts, one `tar.crc.part_crcs` call per fetched buffer (window or run; no copy), are compared with the row
+index's crc file. A sample with a mismatch is read again on its own, straight from the storage, and checked again, until
 it matches or the storage's retry budget (`retries`, `retry_deadline_s`) is spent: then `ChecksumError` names the
 shard URL, sample key, part, byte offset and both CRCs.
 """
@@ -24,7 +24,7 @@ from energon_arrow.adapters.io_settings import VERIFY_MODES
 from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.spans import Spans
-from energon_arrow.tar.crc import crc32c
+from energon_arrow.tar.crc import part_crcs
 
 log = logging.getLogger(__name__)
 
@@ -104,17 +104,14 @@ class VerifiedReader:
                 off, size = cols.part(name)
                 crc = cols.part_crc(name)
                 have = which[off[which] >= 0]
-                lo = start[have] + off[have]
-                for i, b, s, e, want in zip(
-                    have.tolist(),
-                    buf[have].tolist(),
-                    lo.tolist(),
-                    (lo + size[have]).tolist(),
-                    crc[have].tolist(),
-                ):
-                    got = crc32c(views[b][s:e])
-                    if got != want:
-                        out.append((i, name, want, got))
+                lo, n, bufs = start[have] + off[have], size[have], buf[have]
+                got = np.empty(len(have), np.uint32)
+                for b in np.unique(bufs).tolist():  # one call per fetched buffer (tar/crc.py part_crcs)
+                    sel = np.flatnonzero(bufs == b)
+                    got[sel] = part_crcs(views[b], lo[sel], n[sel])
+                want = crc[have].astype(np.uint32)
+                for k in np.flatnonzero(got != want).tolist():
+                    out.append((int(have[k]), name, int(want[k]), int(got[k])))
         finally:
             for v in views:
                 v.release()  # a window may be a mapping closed later: no view of it may outlive the check
