@@ -162,6 +162,14 @@ def manifest_of(storage) -> Manifest | None:
     return manifest
 
 
+def _recorded(storage, rel: str) -> tuple[FileDigest | None, bool]:
+    """(what the manifest records for `rel` or None, whether `rel` is user-editable)."""
+    manifest = manifest_of(storage)
+    if manifest is None:
+        return None, False
+    return manifest.entry(rel), rel in manifest.editable
+
+
 def forget_manifest(storage) -> None:
     """Drop the manifest remembered for `storage` (after a prepare replaced it)."""
     storage.__dict__.pop(_MEMO, None)
@@ -182,14 +190,13 @@ def read_verified(storage, rel: str, read=None):
     returned as read once two reads agree."""
     read = read or (lambda: storage.read_bytes(rel))
     data = read()
-    manifest = manifest_of(storage)
-    expected = manifest.entry(rel) if manifest is not None else None
+    expected, editable = _recorded(storage, rel)
     if expected is None:
         return data
     got = _quick(data, expected)
     if got is None:
         return data
-    editable, reads = rel in manifest.editable, 1
+    reads = 1
     for _ in _attempts(storage):
         again = read()
         reads += 1
@@ -218,24 +225,21 @@ def _quick(data, expected: FileDigest) -> FileDigest | None:
 def check_bytes(storage, rel: str, got: FileDigest, reads: int = 1) -> None:
     """Raise IntegrityError when the manifest lists `rel` with another digest than `got` (for callers that hash
     what they read themselves and retry on their own)."""
-    manifest = manifest_of(storage)
-    expected = manifest.entry(rel) if manifest is not None else None
-    if expected is not None and got != expected and rel not in manifest.editable:
+    expected, editable = _recorded(storage, rel)
+    if expected is not None and got != expected and not editable:
         raise _mismatch(storage, rel, expected, got, reads)
 
 
 def matches(storage, rel: str, got: FileDigest) -> bool:
     """Whether `got` is what the manifest records for `rel` (True when it records nothing)."""
-    manifest = manifest_of(storage)
-    expected = manifest.entry(rel) if manifest is not None else None
+    expected, _ = _recorded(storage, rel)
     return expected is None or got == expected
 
 
 def check_size(storage, rel: str, size: int) -> None:
     """Raise IntegrityError when the manifest lists `rel` with another size (files read in place, in ranges)."""
-    manifest = manifest_of(storage)
-    expected = manifest.entry(rel) if manifest is not None else None
-    if expected is not None and expected.size != size and rel not in manifest.editable:
+    expected, editable = _recorded(storage, rel)
+    if expected is not None and expected.size != size and not editable:
         raise IntegrityError(
             storage.url_of(rel),
             f"is {size} bytes, prepare recorded {expected.size} in {MANIFEST_REL}: the file was damaged or "
