@@ -1,7 +1,8 @@
 """`energon-arrow checkpoint redist FILES... OUTPUT_DIR --new-world-size N` (energon's `energon checkpoint redist`).
 
 energon's rank state holds one state per DataLoader worker, so its redist deals the worker states of all ranks out
-to the new ranks. An energon-arrow rank state holds the position in the rank's batch stream, which is the same on
+to the new ranks; a state of the energon API's training order (each worker's stream position, `worker_samples`) is
+dealt the same way (`_dealt_streams`). A native Loader rank state holds the position in the rank's batch stream, which is the same on
 every rank and does not depend on the worker count: redist writes that state once per new rank, named like the
 input files (`state_rank0.pt` ... -> `state_rank0.pt` ... `state_rank{N-1}.pt`), a global checkpoint (one file
 holding every rank's state) as one file of N states, Megatron-style `{"dataloader_state_dict": ...}` wrapping
@@ -52,11 +53,43 @@ def redistributed(states: list[dict], world_size: int) -> list[dict]:
             "these rank states hold samples pending on each rank (a loader that groups, packs or generates "
             "samples): they resume only with the same world size"
         )
+    if all("worker_samples" in s for s in states):
+        return _dealt_streams(states, world_size)
     if any(s != states[0] for s in states[1:]):
         raise click.ClickException(
             "the rank states are at different positions: not one checkpoint of one loader"
         )
     return [dict(states[0]) for _ in range(world_size)]
+
+
+def _dealt_streams(states: list[dict], world_size: int) -> list[dict]:
+    """States of energon's training order (each worker of each rank has its own stream): the streams of all ranks
+    in global worker order (rank * workers + worker), dealt to `world_size` ranks, as energon's redist deals its
+    worker states; each new rank's loader then needs (global workers / world_size) workers."""
+    streams = [x for s in states for x in s["worker_samples"]]
+    if len(streams) % world_size:
+        raise click.ClickException(
+            f"these states hold {len(streams)} worker streams (ranks x workers); they cannot be dealt to "
+            f"{world_size} ranks: the new ranks x workers per rank must be {len(streams)}"
+        )
+    per = len(streams) // world_size
+    out = []
+    for rank in range(world_size):
+        mine = streams[rank * per : (rank + 1) * per]
+        turn = mine.index(min(mine)) if len(set(mine)) > 1 else 0  # the first worker one batch behind
+        settings = dict(states[0]["settings"], slice_workers=per)
+        out.append(
+            dict(
+                states[0],
+                worker_samples=mine,
+                worker_turn=turn,
+                rank=rank,
+                world_size=world_size,
+                next_batch=0,
+                settings=settings,
+            )
+        )
+    return out
 
 
 @click.command(name="redist")

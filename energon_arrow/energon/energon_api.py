@@ -63,6 +63,15 @@ class _Request:
         self.handler = apply_deprecated_kwargs(kwargs, self.te)
         self.packing_buffer_size = kwargs.pop("packing_buffer_size", None)
         check_packing(self.te, self.packing_buffer_size, function)
+        #: training: energon's sequences read at once per worker (default 16), energon/train_order.py
+        self.parallel_shard_iters = kwargs.pop("parallel_shard_iters", None)
+        #: training order: "energon" (energon's per-worker order, the default) or "global" (ours: one order over
+        #: all ranks that does not depend on the worker count, so a state survives world size / worker changes)
+        self.sample_order = kwargs.pop("sample_order", "energon")
+        if self.sample_order not in ("energon", "global"):
+            raise LoaderError(
+                f"{function}: sample_order must be 'energon' or 'global', got {self.sample_order!r}"
+            )
         check_dataset_kwargs(kwargs, function)
         self.configs = config_files(kwargs, function)
         self.subflavors = kwargs.pop("subflavors", None)
@@ -136,7 +145,8 @@ def get_train_dataset(
     Also: `subflavors`, `sample_type` (checked against the dataset's), energon's deprecated decoder arguments
     and `handler`, the no-effect arguments of energon/energon_args.py, and ours: `storage_options`,
     `trust_remote_code`, `skip_errors`, `error_budget`, `verify` ("crc": every part read is checked against the
-    CRC32C prepare recorded, loader/verify_crc.py).
+    CRC32C prepare recorded, loader/verify_crc.py), `sample_order` ("energon": energon's per-worker order, the
+    default; "global": one order over all ranks that does not depend on the worker count, loader/schedule.py).
 
     A task encoder that overrides `build_train_datasets` builds the pipeline itself, as in energon: it gets
     `load_dataset(path).get_datasets(...)`'s datasets and its pipeline is returned (served by the pipeline
@@ -191,6 +201,9 @@ def get_train_dataset(
         batch_size=batch_size,
         batch_drop_last=batch_drop_last,
         virtual_epoch_length=virtual_epoch_length,
+        max_samples_per_sequence=max_samples_per_sequence,
+        parallel_shard_iters=req.parallel_shard_iters,
+        sample_order=req.sample_order,
         **opened.dataset_arguments(training=True, repeat=repeat),
     )
     te = req.te

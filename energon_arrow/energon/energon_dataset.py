@@ -18,7 +18,7 @@ from energon_arrow.energon.restore_sample import tag_chunk_item
 from energon_arrow.energon.watchdog import Watchdog
 from energon_arrow.energon.worker_config import WorkerConfig
 from energon_arrow.energon.worker_send import sendable
-from energon_arrow.energon.worker_slices import WorkerSliceSchedule
+from energon_arrow.energon.worker_slices import WorkerIndex, train_schedule, val_schedule
 from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.reader import SampleReader
@@ -57,6 +57,15 @@ class EnergonDataset(BatchDataset):
                 )
             self._pipeline = self.pipeline_recipe()
         return self._pipeline
+
+    @property
+    def dataset(self):
+        """The dataset energon's pipeline wraps (`as_pipeline()`'s outermost stage), so that code walking energon's
+        `.dataset` chain (down to a BlendDataset, its `dataset_weights` and each sample loader's
+        `workers_slice_offsets`) finds the same stages; the batches still come from this dataset's loader."""
+        if self.pipeline_recipe is None:
+            raise AttributeError("dataset")
+        return self.as_pipeline()
 
     def __iter__(self):
         timeout, initial, fail = self.watchdog
@@ -136,6 +145,9 @@ def build_dataset(
     packing_buffer_size: int | None = None,
     weights: list[float] | None = None,
     repetitions: list[float] | None = None,
+    max_samples_per_sequence: int | None = None,
+    parallel_shard_iters: int | None = None,
+    sample_order: str = "energon",
 ) -> EnergonDataset:
     """The EnergonDataset of `sources` (`mode` "train" or "val"; `settings`: the other LoaderSettings; a blend's
     `weights` or a blend_epochized's `repetitions`, one per source)."""
@@ -188,9 +200,10 @@ def build_dataset(
     ds.worker_config, ds.mode = worker_config, mode
     ds.batch_size, ds.batch_drop_last = batch_size, batch_drop_last
     ds.batch_limit = limit if limit is not None and limit > 0 else None
+    sizes = [len(s) for s in sources]
     if mode == "val":  # energon's order: per-worker slices, batched per worker (energon/worker_slices.py)
-        ds.schedule = WorkerSliceSchedule(
-            [len(s) for s in sources],
+        ds.schedule = val_schedule(
+            sizes,
             chunk,
             worker_config.rank,
             worker_config.world_size,
@@ -198,7 +211,24 @@ def build_dataset(
             drop_last=ds.settings.drop_last,
             limit=None if stream else ds.batch_limit,
         )
+    elif sample_order == "energon":  # energon's training order, per worker (energon/train_order.py)
+        ds.schedule = train_schedule(
+            sizes,
+            [s.shard_runs()[0] for s in sources],
+            chunk,
+            worker_config,
+            max_samples_per_sequence=max_samples_per_sequence,
+            parallel_shard_iters=parallel_shard_iters,
+            over_epochs=ds.over_epochs if ds.settings.shuffle else [None] * len(sources),
+            weights=weights,
+            repetitions=repetitions,
+            repeat=ds.settings.repeat,
+            shuffle_buffer=ds.settings.shuffle_buffer,
+            drop_last=ds.settings.drop_last,
+        )
+    if sample_order == "energon" or mode == "val":
         ds.settings.slice_workers = max(1, worker_config.num_workers)
+        ds.hooks.worker_index = WorkerIndex(ds.schedule, worker_config)
     ds.virtual_epoch_length = virtual_epoch_length
     ds.energon_len = energon_length(
         [len(s) for s in sources],

@@ -23,6 +23,7 @@ randomness. While a hook runs, `WorkerConfig.active_worker_config` is set and `c
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import random
 from types import MethodType
@@ -116,6 +117,9 @@ class TaskHooks:
         )
         self.batched = True  # False: batch_size=None, samples are yielded one by one
         self.packing = False  # True: postencode_sample runs after packing selection (energon/packing.py)
+        #: energon's per-worker order (energon/worker_slices.py): (b, slot) -> (worker seed, the worker's batch
+        #: index, its sample index); per-sample hooks are then seeded and numbered as energon does
+        self.worker_index = None
         te = task_encoder
         self.is_default = te is None or bool(getattr(te, "is_default_encoding", lambda: False)())
         self.pre = self.post = self.encode_batch_fn = None
@@ -214,7 +218,12 @@ class TaskHooks:
             if isinstance(sample, dict):
                 raise LoaderError(f"{source.name}: CrudeWebdataset needs a task encoder with cookers")
             return [sample]
-        seed, index = self.sample_seed(b, slot), (b, b * self.local_batch_size + slot)
+        if self.worker_index is not None:  # energon: seeded from (worker seed, the worker's sample index)
+            worker_seed, batch_index, sample_index = self.worker_index(b, slot)
+            digest = hashlib.sha1(f"{worker_seed}|{sample_index}".encode()).digest()
+            seed, index = int.from_bytes(digest[:4], "big"), (batch_index, sample_index)
+        else:
+            seed, index = self.sample_seed(b, slot), (b, b * self.local_batch_size + slot)
         samples = [sample]
         if isinstance(sample, dict):
             if not self.cookers:

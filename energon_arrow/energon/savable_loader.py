@@ -167,13 +167,65 @@ class BasicLoader(Loader, Generic[T]):
     def state_dict(self) -> dict:
         state = super().state_dict()
         state["epoch_offset"] = self.epoch_offset
+        schedule = self.dataset.schedule
+        if (
+            getattr(schedule, "rank_batches", 0) is None
+        ):  # endless energon order: where each worker's stream is
+            samples, turn = schedule.positions(self.next_batch)
+            wc = self.worker_config
+            state |= {
+                "worker_samples": samples,
+                "worker_turn": turn,
+                "rank": wc.rank,
+                "world_size": wc.world_size,
+            }
         if self.regroup is not None:
             state["regroup"] = (
                 self._regroup_state if self._regroup_state is not None else self.regroup.state()
             )
         return state
 
+    def _moved_streams(self, state: dict) -> bool:
+        """Whether `state` holds the worker streams of another layout (saved for other workers or another batch
+        size, or dealt to this rank by `checkpoint redist`): then the streams resume from their positions."""
+        if not isinstance(state, dict) or "worker_samples" not in state:
+            return False
+        schedule, wc = self.dataset.schedule, self.worker_config
+        return getattr(schedule, "rank_batches", 0) is None and (
+            len(state["worker_samples"]) != schedule.workers
+            or state.get("rank") != wc.rank
+            or state["settings"].get("global_batch_size") != self.dataset.settings.global_batch_size
+        )
+
+    def _resume_streams(self, state: dict) -> None:
+        ours = self.dataset.settings.fingerprint()
+        saved = state["settings"]
+        moved = {"global_batch_size", "slice_workers"}
+        diff = {
+            k: (saved.get(k), ours.get(k))
+            for k in set(saved) | set(ours)
+            if k not in moved and saved.get(k) != ours.get(k)
+        }
+        if diff:
+            raise LoaderError(f"loader state was saved with different settings (saved, now): {diff}")
+        if state["sources"] != [len(s) for s in self.dataset.sources]:
+            raise LoaderError(
+                f"loader state was saved for datasets of {state['sources']} samples, these have "
+                f"{[len(s) for s in self.dataset.sources]}"
+            )
+        if self.regroup is not None:
+            raise LoaderError(
+                "a loader that regroups samples (grouping, packing, generator hooks, unbatched) resumes only with "
+                "the same workers and batch size (its state holds each worker's pending samples)"
+            )
+        self.dataset.schedule.resume(state["worker_samples"], state.get("worker_turn", 0))
+        self.next_batch = 0
+        self.epoch_offset = int(state.get("epoch_offset", 0))
+
     def load_state_dict(self, state: dict) -> None:
+        if self._moved_streams(state):
+            self._resume_streams(state)
+            return
         saved_batch_size = (
             (state.get("settings") or {}).get("global_batch_size") if isinstance(state, dict) else None
         )

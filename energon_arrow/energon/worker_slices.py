@@ -1,41 +1,104 @@
-"""energon's validation order: each worker of a rank reads its own contiguous slice of every dataset, batches it
-alone, and the loader takes one batch from each worker in turn.
+"""energon's batch order: each worker of a rank reads its own stream of samples, batches it alone, and the loader
+takes one batch from each worker in turn (torch's DataLoader order, skipping workers that are done).
 
-The slices are energon's sharder split (energon_len.worker_ranges, rotated per dataset by the samples of the
-datasets before it); a worker's stream is its slices of the datasets one after the other, cut into batches of
-`batch_size` (its last batch partial, or dropped with `drop_last`); a val `limit` gives each worker its share of
-the batches (energon's LimitDataset); batches come round robin over the workers, skipping those that are done
-(torch's DataLoader order). One worker on one rank: the split in order. `WorkerSliceSchedule.slots(b)` gives the
-(source, position) of the samples of this rank's b-th batch, like BatchSchedule.slots for the global batches.
+- validation (`val_schedule`): a worker's stream is its slices of the datasets one after the other (energon's
+  sharder split, energon_len.worker_ranges, rotated per dataset by the samples of the datasets before it); a val
+  `limit` gives each worker its share of the batches (energon's LimitDataset);
+- training (`train_schedule`): a worker's stream is energon's training order for that worker
+  (energon/train_order.py: its sequences shuffled per epoch, read `parallel_shard_iters` at a time, repeated,
+  blended, shuffled in a buffer), endless unless `repeat=False`.
+
+A worker's stream is cut into batches of `batch_size` (its last batch partial, or dropped with `drop_last`).
+`WorkerSchedule.slots(b)` gives the (source, row) of the samples of this rank's b-th batch, like
+BatchSchedule.slots gives those of the global batches; `worker_of(b)` the worker that forms it.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from energon_arrow.energon.energon_len import rotation_offsets, worker_ranges
+from energon_arrow.energon.train_order import (
+    BLOCK,
+    EMPTY,
+    ROW_BITS,
+    ROW_MASK,
+    Blend,
+    Repeat,
+    SampleLoader,
+    ShuffleBuffer,
+    worker_slice_offsets,
+)
+from energon_arrow.loader.errors import LoaderError
 
 
-class WorkerSliceSchedule:
+class SegmentStream:
+    """A validation worker's stream: its (source, start, end) slices one after the other."""
+
+    def __init__(self, segments: list[tuple[int, int, int]]):
+        self.segments = segments
+        self.length = sum(e - s for _, s, e in segments)
+
+    def items(self, lo: int, hi: int) -> np.ndarray:
+        parts, at = [], 0
+        for d, s, e in self.segments:
+            a, z = max(lo, at), min(hi, at + e - s)
+            if a < z:
+                parts.append(np.arange(s + a - at, s + z - at, dtype=np.int64) | np.int64(d << ROW_BITS))
+            at += e - s
+        return np.concatenate(parts) if parts else EMPTY
+
+
+class TrainStream:
+    """A training worker's stream (energon/train_order.py), computed as far as asked and kept from the lowest
+    position asked last; asking for an earlier position computes it again from the start."""
+
+    def __init__(self, build):
+        self.build = build
+        self._restart()
+
+    def _restart(self) -> None:
+        self.stage = self.build()
+        self.done = not self.stage.begin()
+        self.base, self.buf = 0, EMPTY
+
+    def items(self, lo: int, hi: int) -> np.ndarray:
+        if lo < self.base:
+            self._restart()
+        while self.base + len(self.buf) < hi and not self.done:
+            more = self.stage.read(max(BLOCK, hi - self.base - len(self.buf)))
+            self.done = not len(more)
+            self.buf = np.concatenate([self.buf, more])
+        cut = min(lo - self.base, len(self.buf))
+        self.buf, self.base = self.buf[cut:], self.base + cut
+        return self.buf[: hi - lo]
+
+
+class WorkerSchedule:
+    gives_rows = True  # slots() gives table rows, not positions in an epoch order
+
     def __init__(
         self,
-        sizes: list[int],
+        streams: list,
+        lengths: list[int] | None,
         batch_size: int,
-        rank: int,
-        world_size: int,
-        num_workers: int,
         drop_last: bool = False,
         limit: int | None = None,
     ):
-        workers = max(1, int(num_workers))
-        self.batch_size = int(batch_size)
-        rotations = rotation_offsets(sizes, world_size, num_workers)
-        ranges = [worker_ranges(n, rank, world_size, num_workers, rot) for n, rot in zip(sizes, rotations)]
-        #: per worker: its (source, start, end) slices in stream order
-        self.segments = [[(d, *ranges[d][w]) for d in range(len(sizes))] for w in range(workers)]
-        self.lengths = [sum(e - s for _, s, e in seg) for seg in self.segments]
-        per_worker = [n // batch_size if drop_last else -(-n // batch_size) for n in self.lengths]
-        if limit is not None and workers > 1:  # energon's LimitDataset: each worker its share of the batches
+        """`lengths`: each stream's items (None: endless streams); `limit`: batches per pass (energon's val
+        LimitDataset: each worker its share)."""
+        self.streams, self.lengths, self.batch_size = streams, lengths, int(batch_size)
+        workers = len(streams)
+        self.workers = workers
+        #: endless streams: the samples each worker had read and the worker forming batch 0 (a resumed state)
+        self.starts, self.turn = [0] * workers, 0
+        if lengths is None:
+            self.rank_batches = None
+            return
+        per_worker = [n // batch_size if drop_last else -(-n // batch_size) for n in lengths]
+        if limit is not None and workers > 1:
             per_worker = [min(n, limit // workers + (w < limit % workers)) for w, n in enumerate(per_worker)]
         elif limit is not None:
             per_worker = [min(n, limit) for n in per_worker]
@@ -43,23 +106,181 @@ class WorkerSliceSchedule:
         index = np.concatenate([np.arange(n) for n in per_worker]) if per_worker else np.zeros(0, np.int64)
         order = np.lexsort((worker, index))  # round robin: each worker's i-th batch, then the (i+1)-th
         self.worker, self.index = worker[order], index[order]
-        #: batches this rank yields in one pass
+        #: batches this rank yields in one pass (None: endless)
         self.rank_batches = len(order)
+
+    def worker_of(self, b: int) -> int:
+        return (self.turn + b) % self.workers if self.rank_batches is None else int(self.worker[b])
+
+    def place(self, b: int, slot: int) -> tuple[int, int, int]:
+        """(worker, that worker's batch index, its sample index) of the slot-th sample of this rank's batch b."""
+        if self.rank_batches is None:
+            w, i = (self.turn + b) % self.workers, b // self.workers
+            return w, i, self.starts[w] + i * self.batch_size + slot
+        w, i = int(self.worker[b]), int(self.index[b])
+        return w, i, i * self.batch_size + slot
+
+    def positions(self, batches: int) -> tuple[list[int], int]:
+        """Endless streams, after this rank's first `batches` batches: the samples each worker has read and the
+        worker that forms the next batch."""
+        W, bs = self.workers, self.batch_size
+        done = [batches // W + ((w - self.turn) % W < batches % W) for w in range(W)]
+        return [s + d * bs for s, d in zip(self.starts, done)], (self.turn + batches) % W
+
+    def resume(self, samples: list[int], turn: int) -> None:
+        """Continue endless streams from `positions` (each worker's samples read, the next worker): batch 0 is
+        then the next batch."""
+        if self.rank_batches is not None or len(samples) != self.workers:
+            raise LoaderError(
+                f"a state of {len(samples)} worker streams cannot resume {self.workers} workers"
+                + (" of a finite pass" if self.rank_batches is not None else "")
+            )
+        self.starts, self.turn = [int(x) for x in samples], int(turn) % self.workers
 
     def slots(
         self, b: int, start: int = 0, end: int = 0, limit: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(source, position in that source) of each sample of this rank's batch b (empty past the last);
-        `start`, `end`, `limit` (BatchSchedule's slice of a global batch) do not apply: b is this rank's own."""
-        if b >= self.rank_batches:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        w, i = int(self.worker[b]), int(self.index[b])
-        lo, hi = i * self.batch_size, min((i + 1) * self.batch_size, self.lengths[w])
-        owners, positions, at = [], [], 0
-        for d, s, e in self.segments[w]:
-            a, z = max(lo, at), min(hi, at + e - s)
-            if a < z:
-                owners.append(np.full(z - a, d, np.int64))
-                positions.append(np.arange(s + a - at, s + z - at, dtype=np.int64))
-            at += e - s
-        return np.concatenate(owners), np.concatenate(positions)
+        """(source, row) of each sample of this rank's batch b (empty past the last); `start`, `end`, `limit`
+        (BatchSchedule's slice of a global batch) do not apply: b is this rank's own batch."""
+        start = 0
+        if self.rank_batches is None:
+            w, i = (self.turn + b) % self.workers, b // self.workers
+            start = self.starts[w]
+        elif b >= self.rank_batches:
+            return EMPTY, EMPTY
+        else:
+            w, i = int(self.worker[b]), int(self.index[b])
+        hi = start + (i + 1) * self.batch_size
+        if self.lengths is not None:
+            hi = min(hi, self.lengths[w])
+        items = self.streams[w].items(start + i * self.batch_size, hi)
+        return items >> ROW_BITS, items & ROW_MASK
+
+
+def val_schedule(
+    sizes: list[int],
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    drop_last: bool = False,
+    limit: int | None = None,
+) -> WorkerSchedule:
+    rotations = rotation_offsets(sizes, world_size, num_workers)
+    ranges = [worker_ranges(n, rank, world_size, num_workers, rot) for n, rot in zip(sizes, rotations)]
+    streams = [
+        SegmentStream([(d, *ranges[d][w]) for d in range(len(sizes))]) for w in range(max(1, num_workers))
+    ]
+    return WorkerSchedule(streams, [s.length for s in streams], batch_size, drop_last, limit)
+
+
+def train_pipeline(
+    w: int,
+    *,
+    offsets: list[list[list[int]]],
+    sizes: list[int],
+    seed: int,
+    over_epochs: list,
+    parallel: int,
+    weights: list[float] | None,
+    repetitions: list[float] | None,
+    repeat: bool,
+    shuffle_buffer: int | None,
+):
+    """The stages energon's `build_train_datasets` chains for worker w (`offsets`: per dataset, per worker, its
+    sequence boundaries; a blend's `weights` or a blend_epochized's `repetitions`, else neither)."""
+    loaders = [SampleLoader(d, offsets[d][w], over_epochs[d], parallel, seed) for d in range(len(sizes))]
+    if weights is not None or (repetitions is None and repeat):  # DATASET_WEIGHT, or NONE repeating each
+        stages = [Repeat(loader, None) for loader in loaders]
+        mix = [1.0] * len(sizes) if weights is None else [float(x) for x in weights]
+        repeat = False
+    else:  # SAMPLE_REPETITIONS, or NONE without repeat: each dataset once (or r times), blended by length
+        reps = repetitions if repetitions is not None else [None] * len(sizes)
+        stages = [loader if r in (None, 1) else Repeat(loader, r) for loader, r in zip(loaders, reps)]
+        mix = [n * (1 if r is None else r) for n, r in zip(sizes, reps)]
+    stage = Blend(stages, mix, seed) if len(stages) > 1 else stages[0]
+    if repeat:
+        stage = Repeat(stage, None)
+    if shuffle_buffer is not None and shuffle_buffer > 1:
+        stage = ShuffleBuffer(stage, shuffle_buffer, seed)
+    return stage
+
+
+def train_schedule(
+    sizes: list[int],
+    shard_bounds: list[np.ndarray],
+    batch_size: int,
+    worker_config,
+    *,
+    max_samples_per_sequence: int | None,
+    parallel_shard_iters: int | None,
+    over_epochs: list,
+    weights: list[float] | None,
+    repetitions: list[float] | None,
+    repeat: bool,
+    shuffle_buffer: int | None,
+    drop_last: bool = False,
+) -> WorkerSchedule:
+    """This rank's training batches in energon's order (see the module docstring)."""
+    wc = worker_config
+    workers = max(1, wc.num_workers)
+    offsets = worker_slice_offsets(
+        sizes, shard_bounds, wc.rank, wc.world_size, wc.num_workers, max_samples_per_sequence
+    )
+    common = dict(
+        offsets=offsets,
+        sizes=sizes,
+        over_epochs=over_epochs,
+        parallel=16 if parallel_shard_iters is None else parallel_shard_iters,
+        weights=weights,
+        repetitions=repetitions,
+        repeat=repeat,
+        shuffle_buffer=shuffle_buffer,
+    )
+
+    def builder(w: int):
+        seed = wc.worker_seed(w if wc.num_workers else None)
+        return lambda: train_pipeline(w, seed=seed, **common)
+
+    streams = [TrainStream(builder(w)) for w in range(workers)]
+    endless = repeat or weights is not None or -1 in over_epochs
+    lengths = (
+        None
+        if endless
+        else [finite_length([o[w] for o in offsets], over_epochs, repetitions) for w in range(workers)]
+    )
+    schedule = WorkerSchedule(streams, lengths, batch_size, drop_last)
+    schedule.workers_slice_offsets = offsets
+    return schedule
+
+
+class WorkerIndex:
+    """TaskHooks.worker_index for a WorkerSchedule: (b, slot) -> (worker seed, batch index, sample index), the
+    indices counted as energon counts them: each worker numbers its k-th batch / sample k * workers + worker."""
+
+    def __init__(self, schedule: WorkerSchedule, worker_config):
+        self.schedule = schedule
+        wc = worker_config
+        self.seeds = [wc.worker_seed(w if wc.num_workers else None) for w in range(schedule.workers)]
+
+    def __call__(self, b: int, slot: int) -> tuple[int, int, int]:
+        w, i, pos = self.schedule.place(b, slot)
+        n = self.schedule.workers
+        return self.seeds[w], i * n + w, pos * n + w
+
+
+def finite_length(offsets: list[list[int]], over_epochs: list, repetitions: list[float] | None) -> int:
+    """Samples a worker yields in one finite training pass (repeat=False): each dataset's epoch (k passes over its
+    sequences with shuffle_over_epochs k) once, or `repetitions` times with the last pass cut at
+    floor(len_worker * frac), as energon's RepeatDataset counts; a blend of finite datasets yields them all."""
+    total = 0
+    for d, o in enumerate(offsets):
+        n = o[-1] - o[0]
+        epoch = n * (1 if over_epochs[d] is None else over_epochs[d])
+        r = None if repetitions is None else repetitions[d]
+        if r in (None, 1):
+            total += epoch
+        else:
+            whole = math.floor(r)
+            total += whole * epoch + min(math.floor(n * (r - whole)), epoch)
+    return total

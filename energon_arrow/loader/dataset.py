@@ -220,7 +220,11 @@ class BatchDataset(torch.utils.data.IterableDataset):
         slots = [self.schedule.slots(b, lo, lo + self.local_batch_size, self.limit) for b in batches]
         owner = np.concatenate([o for o, _ in slots])
         pos = np.concatenate([p for _, p in slots])
-        if len(self.sources) == 1:
+        if getattr(
+            self.schedule, "gives_rows", False
+        ):  # energon's per-worker order (energon/worker_slices.py)
+            rows = pos
+        elif len(self.sources) == 1:
             rows = caches[0].rows_at(pos)
         else:
             rows = np.empty(len(pos), np.int64)

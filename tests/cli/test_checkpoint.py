@@ -7,10 +7,12 @@ import json
 import subprocess
 import sys
 
+import click
 import pytest
 import torch
 
 from energon_arrow.testing.reference import energon_cli
+from tests.energon_order import global_order_train_dataset
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,7 @@ def test_energon_arrow_loader_state(clean_root, tmp_path, cli):
     import energon_arrow as ea
 
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-    loader = ea.get_savable_loader(ea.get_train_dataset(clean_root, worker_config=wc, batch_size=2))
+    loader = ea.get_savable_loader(global_order_train_dataset(clean_root, worker_config=wc, batch_size=2))
     it = iter(loader)
     next(it), next(it), next(it)
     path = tmp_path / "ea_r0.pt"
@@ -170,7 +172,7 @@ def _rank_loaders(root, world: int, batch: int):
 
     return [
         ea.get_savable_loader(
-            ea.get_train_dataset(
+            global_order_train_dataset(
                 root,
                 worker_config=ea.WorkerConfig(rank=r, world_size=world, num_workers=0),
                 batch_size=batch,
@@ -243,3 +245,26 @@ def test_redist_global_and_megatron_style_and_refusals(clean_root, energon_state
     ):
         proc = cli("checkpoint", "redist", "--new-world-size", "1", *args, str(tmp_path / "x"))
         assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
+
+
+def test_redist_deals_worker_streams_in_global_worker_order():
+    from energon_arrow.cli.checkpoint_redist import redistributed
+
+    base = {
+        "version": 1,
+        "next_batch": 9,
+        "settings": {"slice_workers": 2, "global_batch_size": 4},
+        "sources": [10],
+    }
+    states = [
+        dict(base, worker_samples=[10, 8], worker_turn=1, rank=0, world_size=2),
+        dict(base, worker_samples=[10, 8], worker_turn=1, rank=1, world_size=2),
+    ]
+    out = redistributed(states, 4)
+    assert [s["worker_samples"] for s in out] == [[10], [8], [10], [8]]
+    assert [s["rank"] for s in out] == [0, 1, 2, 3]
+    assert all(s["settings"]["slice_workers"] == 1 and s["next_batch"] == 0 for s in out)
+    one = redistributed(states, 1)[0]
+    assert one["worker_samples"] == [10, 8, 10, 8] and one["worker_turn"] == 1
+    with pytest.raises(click.ClickException, match="4 worker streams"):
+        redistributed(states, 3)

@@ -11,6 +11,7 @@ import pytest
 import energon_arrow as ea
 from energon_arrow.adapters import NotFound
 from energon_arrow.loader.errors import LoaderError
+from tests.energon_order import global_order_train_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -26,7 +27,7 @@ def wc(workers=0, **kw):
 def train(root, te=None, **kw):
     kw.setdefault("worker_config", wc())
     kw.setdefault("batch_size", 4)
-    return ea.get_train_dataset(
+    return global_order_train_dataset(
         root, shuffle_buffer_size=None, max_samples_per_sequence=None, task_encoder=te or RawTE(), **kw
     )
 

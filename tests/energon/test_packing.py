@@ -9,6 +9,7 @@ import pytest
 
 import energon_arrow as ea
 from energon_arrow.loader.errors import FatalSampleError, LoaderError
+from tests.energon_order import global_order_train_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -69,7 +70,7 @@ class PackTE(ea.DefaultTaskEncoder):
 
 def make_loader(root, te=None, *, batch_size=3, buffer=7, workers=0, repeat=True, **kw):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers, seed_offset=3)
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         root,
         worker_config=wc,
         batch_size=batch_size,
@@ -98,7 +99,7 @@ def unpacked_keys(root, n):
     class Plain(ea.DefaultTaskEncoder):
         decoder = None
 
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         root,
         worker_config=wc,
         batch_size=None,
@@ -229,7 +230,7 @@ def test_select_errors_go_to_the_handler_and_drop_the_buffer(prepared_root):
     wc = ea.WorkerConfig(
         rank=0, world_size=1, num_workers=0, global_error_handler=lambda e, s, src: seen.append(e)
     )
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         prepared_root,
         worker_config=wc,
         batch_size=2,

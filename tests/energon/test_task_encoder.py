@@ -11,6 +11,7 @@ import torch
 
 import energon_arrow as ea
 from energon_arrow.loader.errors import LoaderError
+from tests.energon_order import global_order_train_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -63,7 +64,7 @@ class Typed(RawTE):
 
 def loader(root, te, batch_size=4, workers=0, repeat=True, **kw):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers, seed_offset=5)
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         root,
         worker_config=wc,
         batch_size=batch_size,

@@ -6,6 +6,7 @@ import pytest
 
 import energon_arrow as ea
 from energon_arrow.testing.ranks import run_gloo_ranks
+from tests.energon_order import global_order_train_dataset
 
 pytestmark = pytest.mark.distributed
 
@@ -16,7 +17,7 @@ class RawTE(ea.DefaultTaskEncoder):
 
 def _rank_main(rank: int, root: str) -> dict:
     wc = ea.WorkerConfig.default_worker_config(num_workers=1)
-    train = ea.get_train_dataset(root, worker_config=wc, batch_size=3, task_encoder=RawTE())
+    train = global_order_train_dataset(root, worker_config=wc, batch_size=3, task_encoder=RawTE())
     it = iter(ea.get_loader(train))
     train_keys = [next(it).__key__ for _ in range(5)]
     it.close()
@@ -32,7 +33,7 @@ def test_two_gloo_ranks(prepared_root):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
     it = iter(
         ea.get_loader(
-            ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=6, task_encoder=RawTE())
+            global_order_train_dataset(prepared_root, worker_config=wc, batch_size=6, task_encoder=RawTE())
         )
     )
     single = [next(it).__key__ for _ in range(5)]

@@ -14,6 +14,7 @@ import energon_arrow as ea
 from energon_arrow.testing.faultproxy import FaultProxy
 from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.energon_order import global_order_train_dataset
 from tests.loader.conftest import PER_SHARD, SHARDS, prepare
 
 pytestmark = pytest.mark.s3
@@ -41,7 +42,7 @@ def s3_dataset(s3_server):
 
 def _batches(root, workers, batches, options=None, **kw):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         root,
         worker_config=wc,
         batch_size=4,
@@ -98,7 +99,7 @@ def _range_bytes(requests) -> int:
 def test_few_large_gets_and_no_overread(prepared_root, s3_dataset, s3_server):
     with FaultProxy(s3_server.endpoint_url) as proxy:
         wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-        ds = ea.get_train_dataset(
+        ds = global_order_train_dataset(
             s3_dataset,
             worker_config=wc,
             batch_size=4,
@@ -127,7 +128,7 @@ def test_a_rank_of_several_reads_blocks_not_samples(prepared_root, s3_dataset, s
 
     def keys(root, options=None):
         wc = ea.WorkerConfig(rank=0, world_size=2, num_workers=workers)
-        ds = ea.get_train_dataset(
+        ds = global_order_train_dataset(
             root, worker_config=wc, batch_size=4, shuffle_buffer_size=10, max_samples_per_sequence=8,
             task_encoder=RawTE(), repeat=False, storage_options=options,
         )  # fmt: skip
@@ -149,7 +150,7 @@ def test_two_workers_fetch_every_byte_once(s3_dataset, s3_server, shuffle_buffer
     before = _share_folders()
     with FaultProxy(s3_server.endpoint_url) as proxy:
         wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
-        ds = ea.get_train_dataset(
+        ds = global_order_train_dataset(
             s3_dataset,
             worker_config=wc,
             batch_size=4,
@@ -180,7 +181,7 @@ def test_faults_are_retried_and_batches_unchanged(prepared_root, s3_dataset, s3_
     local = _batches(prepared_root, 0, 12)
     with FaultProxy(s3_server.endpoint_url) as proxy:
         wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-        ds = ea.get_train_dataset(
+        ds = global_order_train_dataset(
             s3_dataset,
             worker_config=wc,
             batch_size=4,
@@ -204,7 +205,7 @@ def test_cache_second_epoch_sends_no_request(prepared_root, s3_dataset, s3_serve
     with FaultProxy(s3_server.endpoint_url) as proxy:
         options = _options(proxy.endpoint_url, local_cache=str(tmp_path / "cache"))
         wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-        ds = ea.get_train_dataset(
+        ds = global_order_train_dataset(
             s3_dataset,
             worker_config=wc,
             batch_size=4,
@@ -234,7 +235,7 @@ def test_cache_second_epoch_sends_no_request(prepared_root, s3_dataset, s3_serve
 
 def _savable(root, workers, options=None):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers)
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         root,
         worker_config=wc,
         batch_size=4,
@@ -275,7 +276,7 @@ def test_a_worker_whose_peer_never_shares_fetches_the_windows_itself(
 
     def dataset(root, options=None):
         wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-        return ea.get_train_dataset(
+        return global_order_train_dataset(
             root, worker_config=wc, batch_size=4, max_samples_per_sequence=8, shuffle_buffer_size=10,
             task_encoder=RawTE(), repeat=False, storage_options=options,
         )  # fmt: skip

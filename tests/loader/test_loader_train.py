@@ -10,6 +10,7 @@ import torch
 
 import energon_arrow as ea
 from energon_arrow.loader.errors import LoaderError
+from tests.energon_order import global_order_train_dataset
 from tests.loader.conftest import PER_SHARD
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -21,7 +22,7 @@ class RawTE(ea.DefaultTaskEncoder):
 
 def _loader(root, rank=0, world=1, workers=0, batch=4, seed=3, **kw):
     wc = ea.WorkerConfig(rank=rank, world_size=world, num_workers=workers, seed_offset=seed)
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         root,
         worker_config=wc,
         batch_size=batch,
@@ -150,7 +151,7 @@ def test_decoded_fields_and_field_map_access(dataset_copy):
     te.decoder = ea.PartDecoder(
         handlers={"jpg": lambda data: torch.frombuffer(bytearray(data), dtype=torch.uint8)}
     )
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         dataset_copy,
         worker_config=wc,
         batch_size=4,
@@ -170,9 +171,9 @@ def test_unsupported_arguments_fail_loudly(prepared_root):
     with pytest.raises(
         Exception, match=r"packing_buffer_size=4 needs the task encoder to define both select_samples_to_pack"
     ):
-        ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=2, packing_buffer_size=4)
+        global_order_train_dataset(prepared_root, worker_config=wc, batch_size=2, packing_buffer_size=4)
     with pytest.raises(Exception, match="unknown argument"):
-        ea.get_train_dataset(prepared_root, worker_config=wc, batch_size=2, bogus=1)
+        global_order_train_dataset(prepared_root, worker_config=wc, batch_size=2, bogus=1)
 
 
 class PerSampleTE(RawTE):
@@ -229,7 +230,7 @@ def test_without_max_samples_per_sequence_runs_of_16_come_in_shard_order(prepare
     """energon reads a sequence sequentially when max_samples_per_sequence is None: our blocks of 16 keep table
     order (and the blocks are still shuffled)."""
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         prepared_root,
         worker_config=wc,
         batch_size=16,

@@ -10,6 +10,7 @@ import pytest
 
 import energon_arrow as ea
 from energon_arrow.loader.errors import LoaderError
+from tests.energon_order import global_order_train_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -22,7 +23,7 @@ class Raw(ea.DefaultTaskEncoder):
 
 def train(root, multiplier, *, workers=0, batch_size=5, repeat=True, **kw):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=workers, seed_offset=9)
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         root,
         worker_config=wc,
         batch_size=batch_size,
@@ -62,7 +63,7 @@ def test_multiplier_one_and_default_agree(prepared_root):
 
 def _default(root):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0, seed_offset=9)
-    return ea.get_train_dataset(
+    return global_order_train_dataset(
         root, worker_config=wc, batch_size=5, max_samples_per_sequence=4, task_encoder=Raw()
     )
 
@@ -147,7 +148,7 @@ def _mds(tmp_path, name: str, body: str) -> str:
 
 def _pass_keys(path, multiplier=1):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = ea.get_train_dataset(
+    ds = global_order_train_dataset(
         path,
         worker_config=wc,
         batch_size=5,
@@ -175,7 +176,7 @@ def test_metadataset_multipliers_combine_as_energons(tmp_path, prepared_root):
         tmp_path, "endless.yaml", f"  train:\n    path: {inner}\n    shuffle_over_epochs_multiplier: -1\n"
     )
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = ea.get_train_dataset(endless, worker_config=wc, batch_size=5, task_encoder=Raw(), repeat=False)
+    ds = global_order_train_dataset(endless, worker_config=wc, batch_size=5, task_encoder=Raw(), repeat=False)
     assert len(keys(ea.get_loader(ds), 3 * N)) == 3 * N  # -1 wins over 2: endless even with repeat=False
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from energon_arrow.energon.train_order import slice_offsets
 from energon_arrow.energon.wrappers.base import (
     SavableDataset,
     rank_worker_id,
@@ -31,6 +32,21 @@ from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.source import SplitSource
 
 READ_CHUNK = 32  # samples planned and read together
+
+
+class WorkerSlices:
+    """energon's sample-loader stage of one dataset as code walking energon's pipeline (`ds.dataset...`) sees it:
+    `workers_slice_offsets` (per worker of the rank, its sequence boundaries: energon's split, cut at shard
+    boundaries and every `max_samples_per_sequence` samples) and `len()` (the rank's samples)."""
+
+    def __init__(self, source: SplitSource, offsets: list[int], max_samples_per_sequence: int | None):
+        bounds = source.shard_runs()[0]
+        self.workers_slice_offsets = [
+            slice_offsets(a, b, bounds, max_samples_per_sequence) for a, b in zip(offsets, offsets[1:])
+        ]
+
+    def __len__(self) -> int:
+        return sum(o[-1] - o[0] for o in self.workers_slice_offsets)
 
 
 class SampleDataset(SavableDataset):
@@ -70,6 +86,11 @@ class SampleDataset(SavableDataset):
         self._columns: SourceColumns | None = None  # per-chunk index gathers (made on first use, per process)
         self._shard_rows: dict[int, tuple[int, int]] | None = None
         self.reset_state_own()
+
+    @property
+    def dataset(self) -> WorkerSlices:
+        """energon's sample-loader stage under this one (see WorkerSlices)."""
+        return WorkerSlices(self.source, self.offsets, self.max_samples_per_sequence)
 
     def reset_state_own(self) -> None:
         self._epoch = 0

@@ -1,0 +1,399 @@
+"""energon 7.4's training order for one worker, reproduced exactly and without reading any data.
+
+energon gives every worker of every rank a fixed slice of each training dataset (energon_len.worker_ranges, cut
+into sequences at shard boundaries and every `max_samples_per_sequence` samples) and reads it through a chain of
+stages, each with its own random generator seeded with the worker's seed (energon's `WorkerRng`):
+- the sample loader (energon's WebdatasetSampleLoaderDataset): each epoch shuffles the sequences (k copies of
+  each with shuffle_over_epochs k; -1 draws them with replacement without end) and reads `parallel_shard_iters`
+  of them at once, picking the next one to read from with probability proportional to its length;
+- RepeatDataset (endless, or `repetitions` times with a fractional last pass), BlendDataset (weighted picks; a
+  finite blend stops drawing from a dataset once it is exhausted), ShuffleBufferDataset (a random pop from a
+  buffer of `shuffle_buffer_size`).
+
+energon's generator is a torch CPU Generator (MT19937); numpy's MT19937 with legacy seeding yields the same
+32-bit words, and torch derives its draws from them with fixed formulas (a float is the word's low 24 bits over
+2^24, randint(n) is word % n, randperm is Fisher-Yates with word % (n - i)). So the draws are made here in bulk
+and each stage turns a block of them into a block of (dataset, row) pairs with numpy; the per-sample Python loop
+energon runs is only kept for the shuffle buffer (a list pop per sample). The generators' words are checked
+against torch's in tests/energon/test_train_order.py, and the whole order against energon itself in
+tests/conformance/test_energon_train_order.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from energon_arrow.energon.energon_len import rotation_offsets, worker_ranges
+from energon_arrow.loader.errors import LoaderError
+
+EMPTY = np.zeros(0, np.int64)
+BLOCK = 4096  # draws made at once when nothing forces fewer
+
+
+class Words:
+    """The 32-bit words of a torch CPU Generator seeded with `seed`, drawn ahead and consumed in order."""
+
+    def __init__(self, seed: int):
+        state = np.random.RandomState(int(seed) & 0xFFFFFFFF).get_state(legacy=False)
+        self._bits = np.random.MT19937()
+        self._bits.state = {"bit_generator": "MT19937", "state": state["state"]}
+        self._buf = np.zeros(0, np.uint64)
+        self._at = 0
+
+    def peek(self, n: int) -> np.ndarray:
+        """The next `n` words, not consumed."""
+        have = len(self._buf) - self._at
+        if have < n:
+            more = self._bits.random_raw(max(n - have, BLOCK))
+            self._buf = np.concatenate([self._buf[self._at :], more])
+            self._at = 0
+        return self._buf[self._at : self._at + n]
+
+    def take(self, n: int) -> np.ndarray:
+        out = self.peek(n)
+        self._at += n
+        return out
+
+    def below(self, n: int) -> int:
+        """torch.randint(0, n, ()) of the generator."""
+        return int(self.take(1)[0] % np.uint64(n))
+
+    def permutation(self, n: int) -> list[int]:
+        """torch.randperm(n) of the generator."""
+        if n < 2:
+            return list(range(n))
+        words = self.take(n - 1).tolist()
+        out = list(range(n))
+        for i, w in enumerate(words):
+            j = i + w % (n - i)
+            out[i], out[j] = out[j], out[i]
+        return out
+
+
+def as_floats(words: np.ndarray) -> np.ndarray:
+    """torch.rand(n) of the generator that produced `words`."""
+    return (words & np.uint64(0xFFFFFF)).astype(np.float32) * np.float32(2.0**-24)
+
+
+def picks(words: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """energon's WorkerRng.choice_idx for each word: the float times the float32 cumulative sum's total, located
+    in that cumulative sum (upper bound, so zero-probability entries are never picked)."""
+    cdf = torch.cumsum(torch.from_numpy(probs.astype(np.float32)), 0).numpy()
+    return np.searchsorted(cdf, as_floats(words) * cdf[-1], side="right")
+
+
+def first_to_reach(chosen: np.ndarray, limits: Sequence[int]) -> int:
+    """The index in `chosen` at which some slot s is chosen for the limits[s]-th time (len(chosen) if none;
+    limits of 0 never reach)."""
+    limits = np.asarray(limits, np.int64)
+    counts = np.bincount(chosen, minlength=len(limits))
+    reached = np.flatnonzero((limits > 0) & (counts >= limits))
+    if not len(reached):
+        return len(chosen)
+    by_slot = np.argsort(chosen, kind="stable")  # the positions of each slot's picks, in order
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return int(by_slot[starts[reached] + limits[reached] - 1].min())
+
+
+def expected_gap(left: Sequence[int], probs: np.ndarray) -> int:
+    """About how many picks until the first slot runs out (a block of draws a little longer wastes little)."""
+    live = probs > 0
+    if not live.any():
+        return 1
+    share = probs[live] / probs[live].sum()
+    return int(min(np.asarray(left, np.float64)[live] / share)) + 1
+
+
+# ---- which sequences each worker reads -------------------------------------------------------------------------
+def _split_piece(start: int, end: int, max_samples: int | None) -> list[int]:
+    """Starts of the sequences of rows [start, end) of one shard (energon's rule: cut only pieces longer than
+    1.5 sequences, into round(len / max) nearly equal sequences)."""
+    if max_samples is not None and end - start > max_samples * 1.5:
+        count = max(round((end - start) / max_samples), 1)
+        step = (end - start) / count
+        return [start + int(i * step) for i in range(count)]
+    return [start]
+
+
+def slice_offsets(start: int, end: int, shard_bounds: np.ndarray, max_samples: int | None) -> list[int]:
+    """Sequence boundaries of rows [start, end): cut at the shard boundaries inside it, then every piece by
+    `_split_piece`; empty sequences dropped."""
+    inner = shard_bounds[(shard_bounds > start) & (shard_bounds < end)].tolist()
+    cuts = [start, *inner, end]
+    starts = [s for a, b in zip(cuts, cuts[1:]) for s in _split_piece(a, b, max_samples)]
+    bounds = [*starts, end]
+    return [int(a) for a, b in zip(bounds, bounds[1:]) if a < b] + [int(end)]
+
+
+def worker_slice_offsets(
+    sizes: Sequence[int],
+    shard_bounds: Sequence[np.ndarray],
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    max_samples: int | None,
+) -> list[list[list[int]]]:
+    """Per dataset, per worker of `rank`: its sequence boundaries (energon's workers_slice_offsets)."""
+    out = []
+    for n, bounds, rot in zip(sizes, shard_bounds, rotation_offsets(sizes, world_size, num_workers)):
+        ranges = worker_ranges(n, rank, world_size, num_workers, rot)
+        out.append([slice_offsets(s, e, np.asarray(bounds), max_samples) for s, e in ranges])
+    return out
+
+
+# ---- the stages ------------------------------------------------------------------------------------------------
+# Every stage is iterated as energon's `for sample in dataset`: `begin()` starts an iteration (False: it yields
+# nothing), `read(n)` gives up to n items (dataset << ROW_BITS | row) and an empty array once the iteration ended.
+ROW_BITS = 40
+ROW_MASK = (1 << ROW_BITS) - 1
+
+
+class SampleLoader:
+    """energon's sample loader of one worker over one dataset (`offsets`: its sequence boundaries). An iteration
+    left right after its last row (a fractional repetition stops there) ends the epoch only when the next
+    iteration begins, which then yields nothing, as energon's generator does."""
+
+    def __init__(self, owner: int, offsets: Sequence[int], over_epochs: int | None, parallel: int, seed: int):
+        self.tag = np.int64(owner << ROW_BITS)
+        self.offsets = [int(o) for o in offsets]
+        self.slices = len(offsets) - 1
+        self.over, self.parallel = over_epochs, max(1, int(parallel))
+        self.words = Words(seed)
+        self.state = "fresh"  # "fresh" | "epoch" | "left" (after the last row, epoch end not processed yet)
+        self.len_worker = self.offsets[-1] - self.offsets[0] if self.offsets else 0
+
+    def has_samples(self) -> bool:
+        return self.slices > 0
+
+    def _start_epoch(self) -> None:
+        n = self.slices
+        self.P = 1 if self.over is None else self.parallel
+        if self.over is None:
+            order = list(range(n))
+        elif self.over == -1:
+            order = [self.words.below(n) for _ in range(self.P)]
+        else:
+            base = list(range(n)) * self.over
+            order = [base[i] for i in self.words.permutation(len(base))]
+        first = order[: self.P]
+        self.pending = order[self.P :][::-1]  # taken from the end
+        self.cur = [self.offsets[s] for s in first] + [0] * (self.P - len(first))
+        self.end = [self.offsets[s + 1] for s in first] + [0] * (self.P - len(first))
+        self.probs = np.array([e - c for c, e in zip(self.cur, self.end)], np.float32)
+        self.state = "epoch"
+
+    def begin(self) -> bool:
+        if self.slices < 1:
+            return False
+        if self.state == "left":
+            self.state = "fresh"
+            return False
+        if self.state == "fresh":
+            self._start_epoch()
+        return True
+
+    def _refill(self, s: int) -> None:
+        """Slot s ran out: the next pending sequence (or, drawing with replacement, a random one) takes it."""
+        if self.pending or self.over == -1:
+            nxt = self.pending.pop() if self.pending else self.words.below(self.slices)
+            self.cur[s], self.end[s] = self.offsets[nxt], self.offsets[nxt + 1]
+        else:
+            self.cur[s] = self.end[s] = 0
+        self.probs[s] = self.end[s] - self.cur[s]
+
+    def read(self, n: int) -> np.ndarray:
+        if self.state != "epoch":
+            self.state = "fresh"
+            return EMPTY
+        out: list[np.ndarray] = []
+        need = n
+        while need > 0 and self.probs.any():
+            if self.P == 1:  # no draws: the sequences one after the other
+                k = min(need, self.end[0] - self.cur[0])
+                out.append(np.arange(self.cur[0], self.cur[0] + k, dtype=np.int64))
+                self.cur[0] += k
+                need -= k
+                if self.cur[0] == self.end[0]:
+                    self._refill(0)
+                continue
+            left = [e - c for c, e in zip(self.cur, self.end)]
+            m = min(need, BLOCK, 2 * expected_gap(left, self.probs) + 16)
+            chosen = picks(self.words.peek(m), self.probs)
+            at = first_to_reach(chosen, left)
+            used = min(at + 1, m)
+            chosen = chosen[:used]
+            self.words.take(used)
+            rows = np.empty(used, np.int64)
+            for s in np.unique(chosen).tolist():
+                hit = chosen == s
+                c = int(np.count_nonzero(hit))
+                rows[hit] = np.arange(self.cur[s], self.cur[s] + c)
+                self.cur[s] += c
+            out.append(rows)
+            need -= used
+            if at < m:
+                self._refill(int(chosen[at]))
+        if not self.probs.any():  # all rows given: a further read in this iteration ends the epoch
+            self.state = "left" if need == 0 else "fresh"
+        return np.concatenate(out) | self.tag if out else EMPTY
+
+
+class Repeat:
+    """energon's RepeatDataset: `repeats` None iterates the inner stage forever; a float r iterates it floor(r)
+    times, then stops the last iteration after floor(len_worker * frac(r)) items; iterated anew, it starts again
+    at repetition 0 (the inner stage may then resume where the fractional iteration left it)."""
+
+    def __init__(self, inner, repeats: float | None):
+        self.inner, self.repeats = inner, repeats
+        self.len_worker = inner.len_worker if repeats is None else int(inner.len_worker * repeats)
+        self.rep = self.index = 0
+        self.active = False  # inside an iteration of the inner stage
+
+    def has_samples(self) -> bool:
+        return self.inner.has_samples()
+
+    def begin(self) -> bool:
+        if self.repeats is None and not self.inner.has_samples():
+            raise LoaderError("Cannot repeat empty dataset indefinitely (a worker has no samples)")
+        self.rep, self.index, self.active = 0, 0, False
+        return True
+
+    def read(self, n: int) -> np.ndarray:
+        out: list[np.ndarray] = []
+        need = n
+        while need > 0 and (self.repeats is None or self.rep < self.repeats):
+            stop = None
+            if self.repeats is not None and self.rep == math.floor(self.repeats):
+                stop = math.floor(self.inner.len_worker * (self.repeats - math.floor(self.repeats)))
+                if self.index >= stop:
+                    break
+            if not self.active and not self.inner.begin():
+                self._next()
+                continue
+            self.active = True
+            items = self.inner.read(need if stop is None else min(need, stop - self.index))
+            out.append(items)
+            need -= len(items)
+            self.index += len(items)
+            if not len(items) or (stop is not None and self.index >= stop):
+                self._next()
+        return np.concatenate(out) if out else EMPTY
+
+    def _next(self) -> None:
+        self.rep, self.index, self.active = self.rep + 1, 0, False
+
+
+class Blend:
+    """energon's BlendDataset: each item from the inner stage picked with probability proportional to its
+    weight (zero for a stage with no samples on this worker). Inner stages that end (a finite blend) are read
+    whole when the iteration begins; a pick of an ended stage yields nothing and drops its weight to zero."""
+
+    def __init__(self, inners: list, weights: Sequence[float], seed: int):
+        self.inners = inners
+        self.weights = np.asarray(weights, np.float32)
+        self.words = Words(seed)
+        self.endless = all(isinstance(i, Repeat) and i.repeats is None for i in inners)
+        self.len_worker = sum(i.len_worker for i in inners)
+
+    def has_samples(self) -> bool:
+        return any(i.has_samples() for i in self.inners)
+
+    def begin(self) -> bool:
+        if not self.has_samples():
+            raise LoaderError("Cannot blend all empty datasets (a worker has no samples in any of them)")
+        self.live = np.array(
+            [w if i.has_samples() else 0 for i, w in zip(self.inners, self.weights)], np.float32
+        )
+        if self.endless:
+            for i, w in zip(self.inners, self.live):
+                if w:
+                    i.begin()
+            return True
+        self.items = []
+        for i, w in zip(self.inners, self.live):  # a finite stage: this iteration's items, read ahead
+            parts = []
+            if w and i.begin():
+                while len(part := i.read(BLOCK)):
+                    parts.append(part)
+            self.items.append(np.concatenate(parts) if parts else EMPTY)
+        self.at = [0] * len(self.inners)
+        return True
+
+    def _chosen(self, n: int, probs: np.ndarray) -> np.ndarray:
+        if len(probs) == 1:
+            return np.zeros(n, np.int64)
+        return picks(self.words.peek(n), probs)
+
+    def read(self, n: int) -> np.ndarray:
+        if self.endless:
+            chosen = self._chosen(n, self.live)
+            if len(self.live) > 1:
+                self.words.take(n)
+            out = np.empty(n, np.int64)
+            for d in np.unique(chosen).tolist():
+                hit = chosen == d
+                out[hit] = self.inners[d].read(int(np.count_nonzero(hit)))
+            return out
+        out, need = [], n
+        while need > 0 and self.live.any():
+            left = [len(it) - a + 1 if w else 0 for it, a, w in zip(self.items, self.at, self.live)]
+            m = min(need, BLOCK, 2 * expected_gap(left, self.live) + 16)
+            chosen = self._chosen(m, self.live)
+            at = first_to_reach(chosen, left)
+            used = min(at + 1, m)
+            if len(self.live) > 1:
+                self.words.take(used)
+            got = chosen[: min(at, m)]
+            rows = np.empty(len(got), np.int64)
+            for d in np.unique(got).tolist():
+                hit = got == d
+                c = int(np.count_nonzero(hit))
+                rows[hit] = self.items[d][self.at[d] : self.at[d] + c]
+                self.at[d] += c
+            out.append(rows)
+            need -= len(rows)
+            if at < m:
+                self.live[int(chosen[at])] = 0
+        return np.concatenate(out) if out else EMPTY
+
+
+class ShuffleBuffer:
+    """energon's ShuffleBufferDataset: items enter a buffer; once it holds `size`, each output is a random pop
+    (and when the inner stage ends, the buffer is drained the same way)."""
+
+    def __init__(self, inner, size: int, seed: int):
+        self.inner, self.size = inner, size
+        self.words = Words(seed)
+        self.len_worker = inner.len_worker
+
+    def has_samples(self) -> bool:
+        return self.inner.has_samples()
+
+    def begin(self) -> bool:
+        self.buf: list[int] = []
+        self.incoming: list[int] = []
+        self.pos = 0
+        self.ended = not self.inner.begin()
+        return True
+
+    def read(self, n: int) -> np.ndarray:
+        words = self.words.peek(n).tolist()
+        buf, size, out = self.buf, self.size, []
+        while len(out) < n:
+            if len(buf) >= size or (self.ended and buf):
+                out.append(buf.pop(words[len(out)] % len(buf)))
+            elif self.ended:
+                break
+            elif self.pos < len(self.incoming):
+                k = min(size - len(buf), len(self.incoming) - self.pos)
+                buf.extend(self.incoming[self.pos : self.pos + k])
+                self.pos += k
+            else:
+                self.incoming, self.pos = self.inner.read(BLOCK).tolist(), 0
+                self.ended = not self.incoming
+        self.words.take(len(out))
+        return np.array(out, np.int64)
