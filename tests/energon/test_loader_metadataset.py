@@ -8,6 +8,7 @@ import pytest
 
 import energon_arrow as ea
 from energon_arrow.loader.errors import LoaderError
+from tests.energon_order import global_order_train_dataset
 
 
 class RawTE(ea.DefaultTaskEncoder):
@@ -22,7 +23,7 @@ def _mds(tmp_path, body: str) -> str:
 
 def _keys(path, n_batches, batch=8, split="train", **kw):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-    get = ea.get_train_dataset if split == "train" else ea.get_val_dataset
+    get = global_order_train_dataset if split == "train" else ea.get_val_dataset
     ds = get(path, worker_config=wc, batch_size=batch, task_encoder=RawTE(), split_part=split, **kw)
     it = iter(ea.get_loader(ds))
     out = [next(it) for _ in range(n_batches)] if n_batches else list(it)
