@@ -1,7 +1,9 @@
 """energon 7.4's dataset / loader arguments that are not plain settings: what each means here.
 
+- `parallel_shard_iters`: taken by get_train_dataset (energon's training order reads that many sequences at once
+  per worker, energon/train_order.py); no effect elsewhere (validation reads one at a time, as energon does);
 - accepted, no effect in this design (documented in docs/migration.md, never changing results):
-  `parallel_shard_iters`, `checkpoint_every_sec`, `checkpoint_every_min_n_samples`, `n_checkpoints`,
+  `checkpoint_every_sec`, `checkpoint_every_min_n_samples`, `n_checkpoints`,
   `gc_collect_every_n_steps`;
 - `dataset_config` / `split_config` (`config_files`): other `.nv-meta` file names of a prepared dataset, as energon
   reads them (for a metadataset they belong in its YAML, per dataset);

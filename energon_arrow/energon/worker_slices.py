@@ -249,9 +249,7 @@ def train_schedule(
         if endless
         else [finite_length([o[w] for o in offsets], over_epochs, repetitions) for w in range(workers)]
     )
-    schedule = WorkerSchedule(streams, lengths, batch_size, drop_last)
-    schedule.workers_slice_offsets = offsets
-    return schedule
+    return WorkerSchedule(streams, lengths, batch_size, drop_last)
 
 
 class WorkerIndex:
