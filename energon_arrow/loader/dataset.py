@@ -23,7 +23,7 @@ from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
-from energon_arrow.loader.reader import PLAN_AHEAD, SampleReader, open_readers
+from energon_arrow.loader.reader import LOCAL_AHEAD, PLAN_AHEAD, SampleReader, open_readers
 from energon_arrow.loader.sample_hooks import PlainHooks, SampleHooks
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
@@ -287,7 +287,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
 
         skipped = done = 0
         readers = open_readers(self, k, n)
-        horizon = max(ahead, PLAN_AHEAD if remote else 0)  # batches planned (announced to the readers) ahead
+        horizon = max(ahead, PLAN_AHEAD if remote else LOCAL_AHEAD)  # batches announced to the readers ahead
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
             pending: deque = deque()  # [b, plan, fetch future or None]

@@ -2,7 +2,10 @@
 
 Local shards: rows are grouped by shard and merged into runs of nearby samples (a block of the epoch order is
 contiguous on disk), each run is one `os.pread` on a per-process cached descriptor, and every sample is a
-position in the run's buffer (loader/spans.py). Object stores: `open_readers` gives a `WindowReader` (large ranged GETs
+position in the run's buffer (loader/spans.py). Batches announced ahead (`announce`) are read together with the
+batch asked for, up to GROUP_BYTES of samples: energon's per-worker order takes each batch from up to
+parallel_shard_iters slices at once, so one batch alone is ~one run per sample, while the next 16 batches hold
+runs of ~30 samples per slice (the loader benchmark's epoch in energon's order: 2.1x faster than batch by batch). Object stores: `open_readers` gives a `WindowReader` (large ranged GETs
 planned over groups of batches, loader/window_reader.py) or, with the `local_cache` storage option, a `CachedShardReader`
 that reads node-local copies of whole shards (adapters/shard_cache.py) exactly like local shards.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -26,6 +30,8 @@ MAX_GAP = 64 * 1024  # bytes of unneeded data worth reading to merge two runs
 PLAN_AHEAD = (
     32  # batches a worker announces ahead on object stores (its reader plans the groups that hold them)
 )
+LOCAL_AHEAD = 16  # batches a worker announces ahead on local files (read together, up to GROUP_BYTES)
+GROUP_BYTES = 8 << 20  # bytes of samples read in one pass for several announced batches
 
 
 def open_readers(dataset, worker: int, workers: int) -> list:
@@ -89,6 +95,8 @@ class SampleReader:
         self.local = src.storage.is_local
         self._files = ShardFiles(max_fds)
         self._cols = SourceColumns(src)
+        self._announced: deque[np.ndarray] = deque()  # rows of announced batches not read yet, in order
+        self._ready: deque[Spans | list[memoryview]] = deque()  # announced batches read with an earlier one
 
     def _fd(self, shard: int) -> int:
         path = self.src.storage.local_path(self.src.shard_paths[shard])
@@ -101,10 +109,35 @@ class SampleReader:
         return fd
 
     def announce(self, rows: np.ndarray) -> None:
-        """Rows of a later batch: local reads need no plan (CachedShardReader starts fetching their shards)."""
+        """Rows of a later batch, announced in the order the batches will be read: `read` reads the batch asked
+        for together with the next announced ones (module docstring)."""
+        if len(rows):
+            self._announced.append(rows)
 
     def read(self, rows: np.ndarray) -> Spans | list[memoryview]:
         """The bytes of each row's sample, in `rows` order."""
+        if self._ready:
+            return self._ready.popleft()
+        if not self._announced or not np.array_equal(self._announced[0], rows):
+            self._announced.clear()  # a caller that does not announce (or skipped ahead): this batch alone
+            return self._read_rows(rows)
+        group = [self._announced.popleft()]
+        size = self._cols.batch(rows).span()[1].sum()
+        while self._announced and size < GROUP_BYTES:
+            nxt = self._announced[0]
+            size += self._cols.batch(nxt).span()[1].sum()
+            if size > GROUP_BYTES:
+                break
+            group.append(self._announced.popleft())
+        if len(group) == 1:
+            return self._read_rows(rows)
+        data = self._read_rows(np.concatenate(group))
+        cuts = np.cumsum([len(g) for g in group])
+        parts = [_cut(data, a, b) for a, b in zip([0, *cuts[:-1].tolist()], cuts.tolist())]
+        self._ready.extend(parts[1:])
+        return parts[0]
+
+    def _read_rows(self, rows: np.ndarray) -> Spans | list[memoryview]:
         src = self.src
         cols = self._cols.batch(rows)
         shard, (offset, size) = cols.shard, cols.span()
@@ -116,9 +149,7 @@ class SampleReader:
         order = np.lexsort((offset, shard))
         s_shard, s_off = shard[order], offset[order]
         s_end = s_off + size[order]
-        run_end = np.maximum.accumulate(s_end)  # within a shard group; reset handled by the shard test
-        new = np.ones(len(rows), bool)
-        new[1:] = (s_shard[1:] != s_shard[:-1]) | (s_off[1:] > run_end[:-1] + MAX_GAP)
+        new = run_starts(s_shard, s_off, s_end)
         starts = np.flatnonzero(new)
         run_lo = s_off[starts]
         run_hi = np.maximum.reduceat(s_end, starts)
@@ -142,6 +173,33 @@ class SampleReader:
         self._files.close()
 
 
+def run_starts(shard: np.ndarray, start: np.ndarray, end: np.ndarray, max_gap: int = MAX_GAP) -> np.ndarray:
+    """Which of the byte ranges (sorted by shard, then start) open a new read: the first of each shard, and each
+    that starts more than `max_gap` past the end of every earlier range of its shard."""
+    n = len(shard)
+    new = np.ones(n, bool)
+    if n < 2:
+        return new
+    first = np.ones(n, bool)
+    first[1:] = shard[1:] != shard[:-1]
+    # the running end restarts at each shard: every shard's ends are lifted above all earlier shards' ends
+    stride = int(end.max()) + max_gap + 1
+    group = np.cumsum(first) - 1
+    if int(group[-1]) * stride < 1 << 62:
+        run_end = np.maximum.accumulate(group * stride + end) - group * stride
+    else:  # shards too large to lift without overflow: one running maximum per shard
+        run_end = np.concatenate([np.maximum.accumulate(e) for e in np.split(end, np.flatnonzero(first)[1:])])
+    new[1:] = first[1:] | (start[1:] > run_end[:-1] + max_gap)
+    return new
+
+
+def _cut(data: Spans | list[memoryview], a: int, b: int) -> Spans | list[memoryview]:
+    """Samples a..b of a read (sharing its buffers)."""
+    if isinstance(data, Spans):
+        return Spans(data.buffers, data.buf[a:b], data.start[a:b], data.size[a:b])
+    return data[a:b]
+
+
 class CachedShardReader(SampleReader):
     """Samples of remote shards read from node-local copies (adapters.shard_cache), fetched whole on first use;
     announced batches have their shards fetched in the background, `fill_threads` shards at once (as many as the
@@ -157,6 +215,7 @@ class CachedShardReader(SampleReader):
         self._pool = ThreadPoolExecutor(fill_threads, thread_name_prefix="ea-cache-fill")
 
     def announce(self, rows: np.ndarray) -> None:
+        super().announce(rows)
         for shard in np.unique(self.src.shard_id[rows]).tolist():
             if shard not in self._paths and shard not in self._fills:
                 self._fills[shard] = self._pool.submit(self._copy, shard)
