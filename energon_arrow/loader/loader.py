@@ -160,9 +160,12 @@ class Loader:
             items.close()
 
     def _decoded_ahead(self, decoder) -> Iterator[Any]:
-        """`image_device_decode=True`: the next batches taken from the workers and decoded in a thread, up to
-        DECODE_AHEAD ahead of the consumer (loader/run_ahead.py), the state moved as each is delivered."""
-        items = iter_to_device(self._marked_batches(), self.device, depth=1)
+        """`image_device_decode=True`: the next batches taken from the workers in one thread and decoded in
+        another, each up to DECODE_AHEAD ahead of the next stage (loader/run_ahead.py), so that receiving a batch
+        (unpickling, mapping its slots: Python, under the GIL) overlaps the decode of the one before (nvjpeg, which
+        holds its thread but not the GIL); the state moves as each batch is delivered."""
+        received = run_ahead(self._marked_batches(), _as_is, None, DECODE_AHEAD)
+        items = iter_to_device(received, self.device, depth=1)
         for mark, batch in run_ahead(items, decoder, cuda_target(self.device), DECODE_AHEAD):
             self._delivered(mark)
             if batch is not None:
