@@ -5,8 +5,8 @@ untouched) and hands them back on the target device.
 
 - With CUDA available (and a CUDA target device): each pageable leaf is copied into a *preallocated pinned*
   host buffer set (allocated on first use per layout, reused afterwards) and copied to the GPU with
-  `non_blocking=True` on a side stream; a large leaf is staged by `stage_threads` threads in 4 MiB pieces whose
-  DMAs start as each lands (loader/host_staging.py), so staging and DMA overlap. A leaf already in page-locked memory (`is_pinned()`: pinned tensors, and
+  `non_blocking=True` on a side stream; a large leaf is staged in pieces whose DMAs start as each lands
+  (loader/host_staging.py), so staging and DMA overlap. A leaf already in page-locked memory (`is_pinned()`: pinned tensors, and
   image batch slots registered in place by their board, loader/host_pins.py) is copied straight from where it is,
   and the stage keeps it referenced until its copy has finished (so its owner cannot recycle it early).
   `depth` buffer sets rotate (double-buffered by default), so the copy of batch i+1 overlaps the consumer's
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from energon_arrow.loader.host_staging import ChunkStager, byte_view, default_stage_threads
+from energon_arrow.loader.host_staging import byte_view, stage_in_pieces
 
 
 def _leaves(obj: Any, out: list[torch.Tensor]) -> None:
@@ -108,14 +108,11 @@ class _PinnedSet:
 class DeviceTransfer:
     """Copies nested tensor batches host -> device through rotating pinned buffers on a side stream."""
 
-    def __init__(
-        self, device: str | torch.device | None = None, depth: int = 2, stage_threads: int | None = None
-    ):
+    def __init__(self, device: str | torch.device | None = None, depth: int = 2):
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         self.device = cuda_target(device)
         self.depth = depth
-        self._stager = ChunkStager(stage_threads if stage_threads is not None else default_stage_threads())
         self._sets: list[_PinnedSet | None] = [None] * depth
         self._slot = 0
         self._stream = torch.cuda.Stream(device=self.device) if self.device is not None else None
@@ -171,12 +168,8 @@ class DeviceTransfer:
         def send(lo: int, hi: int) -> None:
             sent[lo:hi].copy_(staged[lo:hi], non_blocking=True)
 
-        self._stager.stage(src, buf, send)
+        stage_in_pieces(src, buf, send)
         return out
-
-    def close(self) -> None:
-        """Stop the staging threads (they start again if the stage is used later)."""
-        self._stager.close()
 
     def release_finished(self) -> None:
         """Drop the references to pinned-in-place sources whose copies have finished. A recycled batch slot is
@@ -209,12 +202,9 @@ def iter_to_device(
         yield from batches
         return
     pending: collections.deque = collections.deque()
-    try:
-        for batch in batches:
-            pending.append(transfer.start(batch))
-            if len(pending) >= depth:
-                yield transfer.finish(pending.popleft())
-        while pending:
+    for batch in batches:
+        pending.append(transfer.start(batch))
+        if len(pending) >= depth:
             yield transfer.finish(pending.popleft())
-    finally:
-        transfer.close()
+    while pending:
+        yield transfer.finish(pending.popleft())

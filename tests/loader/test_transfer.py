@@ -86,52 +86,46 @@ def test_cuda_path_copies_through_pinned_buffers_in_order():
         assert dst["__key__"] == src["__key__"]
 
 
-def test_chunk_stager_copies_in_ordered_pieces():
-    from energon_arrow.loader.host_staging import CHUNK, ChunkStager
+def test_staging_in_pieces_hands_on_each_landed_piece_in_order():
+    from energon_arrow.loader.host_staging import CHUNK, stage_in_pieces
 
-    src = torch.randint(0, 2**31, ((5 * CHUNK + 12345) // 4,), dtype=torch.int32)
+    src = torch.randint(0, 2**31, ((5 * CHUNK + 12344) // 4,), dtype=torch.int32)
     dst = torch.zeros_like(src)
     pieces: list[tuple[int, int]] = []
-    seen_done = []
+    landed = []
 
     def on_chunk(lo: int, hi: int) -> None:  # everything up to hi has landed when a piece is handed on
         pieces.append((lo, hi))
-        seen_done.append(torch.equal(dst.view(torch.uint8)[:hi], src.view(torch.uint8)[:hi]))
+        landed.append(torch.equal(dst.view(torch.uint8)[:hi], src.view(torch.uint8)[:hi]))
 
-    stager = ChunkStager(3)
-    try:
-        stager.stage(src, dst, on_chunk)
-    finally:
-        stager.close()
+    stage_in_pieces(src, dst, on_chunk)
     nbytes = src.numel() * 4
     assert torch.equal(dst, src)
     assert pieces[0][0] == 0 and pieces[-1][1] == nbytes and len(pieces) == 6
-    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:])) and all(seen_done)
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:])) and all(landed)
 
 
-def test_chunk_stager_copies_small_and_strided_sources_whole():
-    from energon_arrow.loader.host_staging import CHUNK, ChunkStager
+def test_staging_copies_small_and_strided_sources_whole():
+    from energon_arrow.loader.host_staging import CHUNK, stage_in_pieces
 
-    stager = ChunkStager(4)
     small = torch.arange(100, dtype=torch.int64)
     dst = torch.empty_like(small)
     pieces: list = []
-    stager.stage(small, dst, lambda lo, hi: pieces.append((lo, hi)))
+    stage_in_pieces(small, dst, lambda lo, hi: pieces.append((lo, hi)))
     assert torch.equal(dst, small) and pieces == [(0, 800)]
     strided = torch.arange(4 * CHUNK, dtype=torch.uint8).reshape(2, -1).t()  # not contiguous
     dst = torch.empty(strided.shape, dtype=torch.uint8)
     pieces.clear()
-    stager.stage(strided, dst, lambda lo, hi: pieces.append((lo, hi)))
+    stage_in_pieces(strided, dst, lambda lo, hi: pieces.append((lo, hi)))
     assert torch.equal(dst, strided) and pieces == [(0, 4 * CHUNK)]
-    stager.close()
-    with pytest.raises(ValueError, match="stage threads must be >= 1"):
-        ChunkStager(0)
+    stage_in_pieces(torch.empty(0), torch.empty(0), lambda lo, hi: pieces.append((lo, hi)))
+    assert pieces == [(0, 4 * CHUNK)]  # nothing to send
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_large_pageable_leaves_arrive_whole_through_staged_pieces():
-    """Leaves of several 4 MiB pieces (odd sizes, another dtype, a non-contiguous one) staged by 4 threads with
-    each piece's DMA started as it lands: every device batch equals its host batch, also when the host tensors
+    """Leaves of several pieces (odd sizes, another dtype, a non-contiguous one), each piece's DMA started as it
+    lands: every device batch equals its host batch, also when the host tensors
     are rewritten right after each batch was started (the staging copy is done when `start` returns)."""
     from energon_arrow.loader.host_staging import CHUNK
 
@@ -140,18 +134,15 @@ def test_cuda_large_pageable_leaves_arrive_whole_through_staged_pieces():
         "floats": torch.randn(5 * CHUNK // 4 + 3),
         "strided": torch.arange(4 * CHUNK // 8, dtype=torch.int64).reshape(2, -1).t(),
     }
-    transfer = DeviceTransfer("cuda", depth=2, stage_threads=4)
+    transfer = DeviceTransfer("cuda", depth=2)
     expected, outs = [], []
-    try:
-        for _ in range(5):
-            handle = transfer.start(host)
-            expected.append({k: v.clone() for k, v in host.items()})
-            for v in host.values():
-                v.add_(1)  # the next batch, written into the same host memory
-            outs.append(transfer.finish(handle))
-        torch.cuda.synchronize()
-    finally:
-        transfer.close()
+    for _ in range(5):
+        handle = transfer.start(host)
+        expected.append({k: v.clone() for k, v in host.items()})
+        for v in host.values():
+            v.add_(1)  # the next batch, written into the same host memory
+        outs.append(transfer.finish(handle))
+    torch.cuda.synchronize()
     for want, got in zip(expected, outs):
         for k, v in want.items():
             assert got[k].is_cuda and torch.equal(got[k].cpu(), v), k
