@@ -4,9 +4,8 @@
 untouched) and hands them back on the target device.
 
 - With CUDA available (and a CUDA target device): each pageable leaf is copied into a *preallocated pinned*
-  host buffer set (allocated on first use per layout, reused afterwards) and copied to the GPU with
-  `non_blocking=True` on a side stream; a large leaf is staged in pieces whose DMAs start as each lands
-  (loader/host_staging.py), so staging and DMA overlap. A leaf already in page-locked memory (`is_pinned()`: pinned tensors, and
+  host buffer set (allocated on first use per layout, reused afterwards), then copied to the GPU with
+  `non_blocking=True` on a side stream. A leaf already in page-locked memory (`is_pinned()`: pinned tensors, and
   image batch slots registered in place by their board, loader/host_pins.py) is copied straight from where it is,
   and the stage keeps it referenced until its copy has finished (so its owner cannot recycle it early).
   `depth` buffer sets rotate (double-buffered by default), so the copy of batch i+1 overlaps the consumer's
@@ -28,8 +27,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-
-from energon_arrow.loader.host_staging import byte_view, stage_in_pieces
 
 
 def _leaves(obj: Any, out: list[torch.Tensor]) -> None:
@@ -142,34 +139,22 @@ class DeviceTransfer:
         leaves = tensor_leaves(batch)
         sends = [sent_part(t) for t in leaves]
         in_place = [t.is_pinned() for t in sends]
-        staged = [(i, t) for i, t in enumerate(sends) if not in_place[i]]
-        if staged:  # what is pageable goes through this slot's pinned buffers
+        srcs = list(sends)
+        if not all(in_place):  # stage what is pageable in this slot's pinned buffers
+            staged = [(i, t) for i, t in enumerate(sends) if not in_place[i]]
             pinned = self._pinned_for(tuple((tuple(t.shape), t.dtype) for _, t in staged))
+            for buf, (i, t) in zip(pinned.buffers, staged):
+                buf.copy_(t)
+                srcs[i] = buf
         with torch.cuda.stream(self._stream):
-            outs = [
-                t.to(self.device, non_blocking=True) if pinned_here else None
-                for t, pinned_here in zip(sends, in_place)
-            ]
-            for buf, (i, t) in zip(pinned.buffers if staged else (), staged):
-                outs[i] = self._stage_and_send(t, buf)
+            outs = [s.to(self.device, non_blocking=True) for s in srcs]
             event = torch.cuda.Event()
             event.record(self._stream)
-        if staged:
+        if not all(in_place):
             pinned.event = event
         if any(in_place):  # DMA straight from the caller's pinned memory: keep it referenced until read
             self._reading.append((event, [t for t, p in zip(sends, in_place) if p]))
         return batch, outs, event, [t.shape for t in leaves]
-
-    def _stage_and_send(self, src: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
-        """`src` on the device, staged through the pinned `buf` piece by piece (called on the side stream)."""
-        out = torch.empty(src.shape, dtype=src.dtype, device=self.device)
-        sent, staged = byte_view(out), byte_view(buf)
-
-        def send(lo: int, hi: int) -> None:
-            sent[lo:hi].copy_(staged[lo:hi], non_blocking=True)
-
-        stage_in_pieces(src, buf, send)
-        return out
 
     def release_finished(self) -> None:
         """Drop the references to pinned-in-place sources whose copies have finished. A recycled batch slot is

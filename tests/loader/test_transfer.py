@@ -86,53 +86,16 @@ def test_cuda_path_copies_through_pinned_buffers_in_order():
         assert dst["__key__"] == src["__key__"]
 
 
-def test_staging_in_pieces_hands_on_each_landed_piece_in_order():
-    from energon_arrow.loader.host_staging import CHUNK, stage_in_pieces
-
-    src = torch.randint(0, 2**31, ((5 * CHUNK + 12344) // 4,), dtype=torch.int32)
-    dst = torch.zeros_like(src)
-    pieces: list[tuple[int, int]] = []
-    landed = []
-
-    def on_chunk(lo: int, hi: int) -> None:  # everything up to hi has landed when a piece is handed on
-        pieces.append((lo, hi))
-        landed.append(torch.equal(dst.view(torch.uint8)[:hi], src.view(torch.uint8)[:hi]))
-
-    stage_in_pieces(src, dst, on_chunk)
-    nbytes = src.numel() * 4
-    assert torch.equal(dst, src)
-    assert pieces[0][0] == 0 and pieces[-1][1] == nbytes and len(pieces) == 6
-    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:])) and all(landed)
-
-
-def test_staging_copies_small_and_strided_sources_whole():
-    from energon_arrow.loader.host_staging import CHUNK, stage_in_pieces
-
-    small = torch.arange(100, dtype=torch.int64)
-    dst = torch.empty_like(small)
-    pieces: list = []
-    stage_in_pieces(small, dst, lambda lo, hi: pieces.append((lo, hi)))
-    assert torch.equal(dst, small) and pieces == [(0, 800)]
-    strided = torch.arange(4 * CHUNK, dtype=torch.uint8).reshape(2, -1).t()  # not contiguous
-    dst = torch.empty(strided.shape, dtype=torch.uint8)
-    pieces.clear()
-    stage_in_pieces(strided, dst, lambda lo, hi: pieces.append((lo, hi)))
-    assert torch.equal(dst, strided) and pieces == [(0, 4 * CHUNK)]
-    stage_in_pieces(torch.empty(0), torch.empty(0), lambda lo, hi: pieces.append((lo, hi)))
-    assert pieces == [(0, 4 * CHUNK)]  # nothing to send
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_large_pageable_leaves_arrive_whole_through_staged_pieces():
-    """Leaves of several pieces (odd sizes, another dtype, a non-contiguous one), each piece's DMA started as it
-    lands: every device batch equals its host batch, also when the host tensors
-    are rewritten right after each batch was started (the staging copy is done when `start` returns)."""
-    from energon_arrow.loader.host_staging import CHUNK
-
+def test_cuda_large_pageable_leaves_arrive_whole():
+    """Large pageable leaves (odd sizes, another dtype, a non-contiguous one) through the rotating pinned buffers:
+    every device batch equals its host batch, also when the host tensors are rewritten right after each batch
+    was started (the staging copy is done when `start` returns)."""
+    mib = 1 << 20
     host = {
-        "big": torch.randint(0, 255, (3 * CHUNK + 77,), dtype=torch.uint8),
-        "floats": torch.randn(5 * CHUNK // 4 + 3),
-        "strided": torch.arange(4 * CHUNK // 8, dtype=torch.int64).reshape(2, -1).t(),
+        "big": torch.randint(0, 255, (48 * mib + 77,), dtype=torch.uint8),
+        "floats": torch.randn(20 * mib + 3),
+        "strided": torch.arange(8 * mib, dtype=torch.int64).reshape(2, -1).t(),
     }
     transfer = DeviceTransfer("cuda", depth=2)
     expected, outs = [], []
