@@ -180,7 +180,7 @@ def _peak_worker_memory(root: str, batches: int) -> tuple[float, float]:
     return peak["rss"] / 2**20, peak["private"] / 2**20
 
 
-def _h2d_gbps(pinned_path: bool, batches: int = 50, mib: int = 64, warmup: int = 4) -> float:
+def _h2d_gbps(pinned_path: bool, batches: int = 200, mib: int = 64, warmup: int = 4) -> float:
     """Host-to-device GB/s in steady state: the loader's transfer stage on pageable batches, or a plain pinned
     `copy_`. Both sides allocate their pinned memory (the stage: its two rotating buffer sets, once per layout
     for the life of a loader) before the timing starts."""

@@ -160,13 +160,17 @@ class Loader:
             items.close()
 
     def _decoded_ahead(self, decoder) -> Iterator[Any]:
-        """`image_device_decode=True`: the next batches taken from the workers in one thread and decoded in
-        another, each up to DECODE_AHEAD ahead of the next stage (loader/run_ahead.py), so that receiving a batch
-        (unpickling, mapping its slots: Python, under the GIL) overlaps the decode of the one before (nvjpeg, which
-        holds its thread but not the GIL); the state moves as each batch is delivered."""
-        received = run_ahead(self._marked_batches(), _as_is, None, DECODE_AHEAD)
-        items = iter_to_device(received, self.device, depth=1)
-        for mark, batch in run_ahead(items, decoder, cuda_target(self.device), DECODE_AHEAD):
+        """`image_device_decode=True`: the next batches taken from the workers (and their tensors sent to the
+        device) in one thread and decoded in another, each up to DECODE_AHEAD ahead of the next stage
+        (loader/run_ahead.py), so that receiving a batch (unpickling, mapping its slots: Python, under the GIL)
+        overlaps the decode of the one before, and the decoding thread does nothing but decode; both run on one
+        side stream, so a decode is ordered after its batch's copies. The state moves as each batch is delivered."""
+        device = cuda_target(self.device)
+        stream = torch.cuda.Stream(device=device) if device is not None else None
+        received = run_ahead(
+            iter_to_device(self._marked_batches(), self.device, depth=1), _as_is, stream, DECODE_AHEAD
+        )
+        for mark, batch in run_ahead(received, decoder, stream, DECODE_AHEAD):
             self._delivered(mark)
             if batch is not None:
                 yield batch

@@ -1,4 +1,4 @@
-"""Run a pipeline stage ahead of its consumer in a background thread: `run_ahead(items, work, device, depth)` yields
+"""Run a pipeline stage ahead of its consumer in a background thread: `run_ahead(items, work, stream, depth)` yields
 `(mark, work(value))` for each `(mark, value)` of `items`, computed up to `depth` items ahead.
 
 Used by the `Loader` for `image_device_decode=True` (loader.py): the thread takes the next batch from the
@@ -6,8 +6,8 @@ DataLoader workers and decodes it (torchvision's decode_jpeg, which holds its ca
 not the GIL) while the training thread consumes the previous one. The marks carry the loader's state as of each
 item, applied by the consumer when the item is delivered, so a thread running ahead never moves the state.
 
-On CUDA the work runs on a side stream of its own; the consumer's stream waits for an item's event before the item
-is handed over, and every CUDA tensor of the item is `record_stream`-ed on the consumer's stream. A value of None
+On CUDA the work runs on `stream` (a side stream; stages that feed each other can share one); the consumer's stream
+waits for an item's event before the item is handed over, and every CUDA tensor of the item is `record_stream`-ed on the consumer's stream. A value of None
 is passed through without `work` (the loader's end-of-pass mark). An exception in the thread is raised in the
 consumer; closing the consumer stops the thread and closes `items` in it (which shuts the DataLoader down).
 """
@@ -33,12 +33,14 @@ class _Failed:
 
 
 def run_ahead(
-    items: Iterator[tuple[Any, Any]], work: Callable[[Any], Any], device: torch.device | None, depth: int = 2
+    items: Iterator[tuple[Any, Any]],
+    work: Callable[[Any], Any],
+    stream: torch.cuda.Stream | None,
+    depth: int = 2,
 ) -> Iterator[tuple[Any, Any]]:
-    """See the module docstring. `device`: the CUDA device the work runs on (None: no streams)."""
+    """See the module docstring. `stream`: the CUDA stream the work runs on (None: no streams)."""
     out: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
-    stream = torch.cuda.Stream(device=device) if device is not None else None
 
     def put(item) -> bool:
         while not stop.is_set():
@@ -78,7 +80,7 @@ def run_ahead(
                 raise item.exc
             mark, done, event = item
             if event is not None:
-                current = torch.cuda.current_stream(device)
+                current = torch.cuda.current_stream(stream.device)
                 current.wait_event(event)
                 for t in tensor_leaves(done):
                     if t.is_cuda:

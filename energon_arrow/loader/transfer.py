@@ -137,6 +137,8 @@ class DeviceTransfer:
             return batch
         self.release_finished()
         leaves = tensor_leaves(batch)
+        if not leaves:  # nothing to copy (compressed images are decoded on the device later)
+            return batch, None, None, None
         sends = [sent_part(t) for t in leaves]
         in_place = [t.is_pinned() for t in sends]
         srcs = list(sends)
@@ -168,6 +170,8 @@ class DeviceTransfer:
         if self.device is None:
             return handle
         batch, outs, event, shapes = handle
+        if event is None:
+            return batch
         current = torch.cuda.current_stream(self.device)
         current.wait_event(event)
         for t in outs:
