@@ -3,7 +3,8 @@ it (worker config, batch size, `len()`, the val limit, the virtual epoch) and ho
 
 Batches are one per read chunk (this rank's slice of a global batch) unless the task encoder groups samples,
 has generator hooks, packs samples (`packing_buffer_size`), or `batch_size=None`: then the workers return encoded samples and the loader regroups them
-(energon/regroup.py), reading chunks of `batch_size` samples per rank (1 when unbatched).
+(energon/regroup.py, per energon worker: energon/worker_regroup.py), reading chunks of `batch_size` samples per
+rank (1 when unbatched).
 """
 
 from __future__ import annotations
@@ -229,6 +230,8 @@ def build_dataset(
     if sample_order == "energon" or mode == "val":
         ds.settings.slice_workers = max(1, worker_config.num_workers)
         ds.hooks.worker_index = WorkerIndex(ds.schedule, worker_config)
+        if stream and probe.group_fn is None and packing_buffer_size is None:
+            ds.hooks.per_batch = chunk  # a sample's outputs are numbered by the batch they go to
     ds.virtual_epoch_length = virtual_epoch_length
     ds.energon_len = energon_length(
         [len(s) for s in sources],

@@ -17,7 +17,10 @@ raised; system exceptions (ImportError, MemoryError, NameError, ...) are fatal a
 Functions marked `@stateless(restore_seeds=True)` are called with `random`, numpy and torch seeded from (loader
 seed, batch, slot) and the caller's random state restored afterwards, so a resumed run reproduces their
 randomness. While a hook runs, `WorkerConfig.active_worker_config` is set and `current_batch_index` /
-`current_sample_index` give the batch's index on this rank and the sample's position in the rank's stream.
+`current_sample_index` give the batch's index on this rank and the sample's position in the rank's stream; in
+energon's order, as energon numbers them: the worker's k-th batch / sample is k * workers + worker, and when batches
+are formed from a stream of outputs (generator hooks, unbatched), each output sees the batch it goes to
+(`per_batch`).
 """
 
 from __future__ import annotations
@@ -95,11 +98,18 @@ def _seeded(seed: int, enabled: bool):
         torch.random.set_rng_state(saved[2])
 
 
-def _outputs(result: Any) -> list:
-    """A hook's result as a list of outputs (a generator gives all it yields)."""
-    if inspect.isgenerator(result):
-        return list(result)
-    return [result]
+def _outputs(result: Any, index_at) -> list:
+    """A hook's result as a list of outputs (a generator gives all it yields, its k-th output made while the
+    hooks see the indices `index_at(k)`)."""
+    if not inspect.isgenerator(result):
+        return [result]
+    out: list = []
+    while True:
+        WorkerConfig.index_override = index_at(len(out))
+        try:
+            out.append(next(result))
+        except StopIteration:
+            return out
 
 
 class TaskHooks:
@@ -117,9 +127,18 @@ class TaskHooks:
         )
         self.batched = True  # False: batch_size=None, samples are yielded one by one
         self.packing = False  # True: postencode_sample runs after packing selection (energon/packing.py)
-        #: energon's per-worker order (energon/worker_slices.py): (b, slot) -> (worker seed, the worker's batch
-        #: index, its sample index); per-sample hooks are then seeded and numbered as energon does
+        #: energon's per-worker order (energon/worker_slices.py): (b, slot) -> (worker, worker seed, the worker's
+        #: batch index, its sample index); per-sample hooks are then seeded and numbered as energon does
         self.worker_index = None
+        #: outputs per batch (1: unbatched) when a sample's outputs take the batch index of the batch they go to,
+        #: counted from the outputs of its worker's stream so far (energon order, batches neither grouped nor
+        #: packed: a generator's outputs may go to several batches); None: the batch index of the chunk
+        self.per_batch: int | None = None
+        #: per energon worker: the outputs its stream gave so far in this pass (set by the loader before its
+        #: workers start; each DataLoader worker reads one energon worker's chunks, in order)
+        self.fed: dict[int, int] = {}
+        #: while restoring samples of a known batch: the batch index every hook sees (energon's restore)
+        self.batch_override: int | None = None
         te = task_encoder
         self.is_default = te is None or bool(getattr(te, "is_default_encoding", lambda: False)())
         self.pre = self.post = self.encode_batch_fn = None
@@ -156,14 +175,18 @@ class TaskHooks:
         self._load.in_a_row = 0
 
     @contextlib.contextmanager
-    def restoring_samples(self):
+    def restoring_samples(self, batch: int | None = None):
         """Hooks re-run to restore samples (`restore_sample`, the waiting samples of a saved state): their
-        failures go to `worker_config.restore_error_handler` (default: re-raise), as in energon."""
-        saved, self.restoring = self.restoring, True
+        failures go to `worker_config.restore_error_handler` (default: re-raise), as in energon; with `per_batch`
+        numbering, the samples of batch `batch` see that batch index."""
+        saved = self.restoring, self.batch_override
+        self.restoring = True
+        if batch is not None and self.per_batch is not None:
+            self.batch_override = batch
         try:
             yield
         finally:
-            self.restoring = saved
+            self.restoring, self.batch_override = saved
 
     def _stores(self, source: SplitSource) -> dict:
         """`source`'s aux stores (and primary) decoding with the task encoder's decoder, made once per source."""
@@ -180,20 +203,20 @@ class TaskHooks:
         return any(f is not None and inspect.isgeneratorfunction(f) for f in fns)
 
     # ---- calling one hook --------------------------------------------------------------------------------
-    def _call(
-        self, name: str, fn, arg: Any, seed: int, index: tuple[int, int], restore: Any = None, **kwargs
-    ) -> list:
-        """The outputs of `fn(arg)`; [] when it skipped or failed (failures counted as energon does)."""
+    def _call(self, name: str, fn, arg: Any, seed: int, index, restore: Any = None, **kwargs) -> list:
+        """The outputs of `fn(arg)`; [] when it skipped or failed (failures counted as energon does). `index`:
+        the (batch index, sample index) the hook sees, or a function of the output number giving them."""
         counter = self._counters.get(name)
         if counter is None:
             counter = self._counters[name] = ErrorCounter(name, self._tolerance(_marked(fn)))
+        index_at = index if callable(index) else lambda k: index
         outer = WorkerConfig.active_worker_config, WorkerConfig.index_override, WorkerConfig._cache_pool
         WorkerConfig.active_worker_config = self.worker_config
-        WorkerConfig.index_override = index
+        WorkerConfig.index_override = index_at(0)
         WorkerConfig._cache_pool = self.cache_pool
         try:
             with _seeded(seed, getattr(_marked(restore or fn), "__restore_seeds__", False)):
-                out = _outputs(fn(arg, **kwargs))
+                out = _outputs(fn(arg, **kwargs), index_at)
         except SkipSample:
             return []
         except LoaderError:
@@ -219,11 +242,13 @@ class TaskHooks:
                 raise LoaderError(f"{source.name}: CrudeWebdataset needs a task encoder with cookers")
             return [sample]
         if self.worker_index is not None:  # energon: seeded from (worker seed, the worker's sample index)
-            worker_seed, batch_index, sample_index = self.worker_index(b, slot)
+            w, worker_seed, batch_index, sample_index = self.worker_index(b, slot)
             digest = hashlib.sha1(f"{worker_seed}|{sample_index}".encode()).digest()
-            seed, index = int.from_bytes(digest[:4], "big"), (batch_index, sample_index)
+            seed = int.from_bytes(digest[:4], "big")
         else:
-            seed, index = self.sample_seed(b, slot), (b, b * self.local_batch_size + slot)
+            w, seed, batch_index = 0, self.sample_seed(b, slot), b
+            sample_index = b * self.local_batch_size + slot
+        index = self._output_index(w, batch_index, sample_index)
         samples = [sample]
         if isinstance(sample, dict):
             if not self.cookers:
@@ -253,8 +278,25 @@ class TaskHooks:
         post = None if self.packing else self.post
         for name, fn in (("encode_sample", self.pre), ("postencode_sample", post)):
             if fn is not None:
-                samples = [out for s in samples for out in self._call(name, fn, s, seed, index)]
+                outs: list = []
+                for s in samples:
+                    outs += self._call(name, fn, s, seed, lambda k, o=len(outs): index(o + k))
+                samples = outs
+        if self.per_batch is not None and self.batch_override is None:
+            self.fed[w] = self.fed.get(w, 0) + len(samples)
         return samples
+
+    def _output_index(self, w: int, batch_index: int, sample_index: int):
+        """k -> the (batch index, sample index) the hooks see while making a sample's k-th output: with
+        `per_batch`, the batch that output goes to (energon: the batch its worker forms when it is pulled)."""
+        if self.batch_override is not None:
+            fixed = (self.batch_override, sample_index)
+            return lambda k: fixed
+        if self.per_batch is None:
+            return lambda k: (batch_index, sample_index)
+        n = self.worker_index.workers if self.worker_index is not None else 1
+        base, per = self.fed.get(w, 0), self.per_batch
+        return lambda k: ((base + k) // per * n + w, sample_index)
 
     # ---- per batch ---------------------------------------------------------------------------------------
     def batch(self, samples: list, b: int = 0) -> Any:

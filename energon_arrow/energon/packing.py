@@ -1,7 +1,8 @@
 """Sample packing with energon 7.4's semantics (its PackingDataset), run by the loader's main process.
 
-The encoded samples (preencode_sample / encode_sample applied, postencode_sample not yet) of the rank's stream
-are cut into consecutive windows of `packing_buffer_size` samples. Each full window goes to
+The encoded samples (preencode_sample / encode_sample applied, postencode_sample not yet) of one stream (a
+worker's, in energon's order: each Regrouper of energon/worker_regroup.py has its Packer) are cut into
+consecutive windows of `packing_buffer_size` samples. Each full window goes to
 `select_samples_to_pack(samples) -> [[sample, ...], ...]`; samples not selected are dropped, as in energon. Each
 selected group then gets `postencode_sample` on each of its samples (a failing or skipped sample leaves the
 group) and `pack_selected_samples(group)` (a generator may yield several packs). At the end of a finite pass the
@@ -62,7 +63,7 @@ def check_packing(task_encoder: Any, packing_buffer_size: Any, function: str) ->
 
 
 class Packer:
-    """The packing window of one rank's stream (see the module docstring)."""
+    """The packing window of one stream (see the module docstring)."""
 
     def __init__(self, hooks: Any, buffer_size: int):
         self.hooks, self.buffer_size = hooks, int(buffer_size)

@@ -3,7 +3,9 @@
 The workers read chunk c (this rank's slice of global batch c of the sample order) and return its encoded
 samples; when a task encoder groups samples (`batch_group_criterion`), may yield several outputs per sample
 (generator hooks), or the loader is unbatched (`batch_size=None`), the main process forms the batches here, in
-chunk order, so the batches do not depend on the worker count:
+chunk order. A Regrouper batches one stream: in energon's order one energon worker's (energon/worker_regroup.py
+keeps one per worker, as energon batches and packs inside each worker), else the rank's whole stream (then the
+batches do not depend on the worker count):
 
 - grouped: each sample goes to its group's bucket (key and batch size from `batch_group_criterion`, or the fixed
   `batch_size`); a full bucket becomes a batch; at the end of a finite pass the partial buckets are batched in
@@ -15,14 +17,14 @@ chunk order, so the batches do not depend on the worker count:
 
 State (plain JSON): the chunks consumed live in the loader state; this holds the samples waiting in buckets and
 the outputs not yet yielded, each as `[chunk, index in the chunk's encoded samples]` (a pack: its samples' refs
-and its output index), and the partial packing window. Restoring re-encodes those
-chunks (hooks marked `@stateless(restore_seeds=True)` reproduce their randomness) and regroups them.
+and its output index), the partial packing window and the counts. Restoring re-encodes those chunks (hooks
+marked `@stateless(restore_seeds=True)` reproduce their randomness) and regroups them.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from energon_arrow.energon.hooks import TaskHooks
@@ -54,6 +56,8 @@ class _Bucket:
 
 
 class Regrouper:
+    """The batches of one stream of chunks: one energon worker's (energon/worker_regroup.py deals the chunks)."""
+
     def __init__(
         self,
         hooks: TaskHooks,
@@ -61,9 +65,15 @@ class Regrouper:
         drop_last: bool,
         limit: int | None = None,
         packing_buffer_size: int | None = None,
+        worker: int = 0,
+        workers: int = 1,
     ):
+        """`limit`: outputs per pass; `worker` of `workers`: the hooks see this worker's k-th batch (output when
+        unbatched) as batch k * workers + worker, as energon numbers them."""
         self.hooks, self.batch_size, self.drop_last, self.limit = hooks, batch_size, drop_last, limit
+        self.worker, self.workers = worker, workers
         self.grouped = hooks.group_fn is not None
+        self.unbatched = batch_size is None and not self.grouped
         self.packer = Packer(hooks, packing_buffer_size) if packing_buffer_size is not None else None
         self.reset()
 
@@ -72,18 +82,24 @@ class Regrouper:
         if self.packer is not None:
             self.packer.reset()
         self.buckets: dict[Hashable, _Bucket] = {}
-        # entries [refs, outputs, consumed, batch index or None (unbatched)]
+        # entries [refs, outputs, consumed, batch index]; unbatched: one per output, its index
         self.queue: deque[list] = deque()
-        self.formed = 0  # batches formed this pass (the batch index the hooks see)
+        self.formed = 0  # batches (unbatched: outputs) formed this pass
+        self.received = 0  # encoded samples fed this pass
         self.yielded = 0  # outputs yielded this pass
         self.finished = False
+
+    @property
+    def index(self) -> int:
+        """The batch index the hooks see for the batch being formed."""
+        return self.formed * self.workers + self.worker
 
     # ---- feeding -----------------------------------------------------------------------------------------
     def _bucket_of(self, sample: Any) -> _Bucket | None:
         if not self.grouped:
             key, size = None, self.batch_size
         else:
-            got = self.hooks.group_of(sample, self.formed)
+            got = self.hooks.group_of(sample, self.index)
             if not got:
                 return None  # batch_group_criterion skipped / failed on this sample
             key, size = got[0]
@@ -103,23 +119,25 @@ class Regrouper:
     def _form(self, bucket: _Bucket) -> None:
         refs, samples = bucket.refs, bucket.samples
         bucket.refs, bucket.samples = [], []
-        self.queue.append([refs, self.hooks.batches(samples, self.formed), 0, self.formed])
+        self.queue.append([refs, self.hooks.batches(samples, self.index), 0, self.index])
         self.formed += 1
 
     def feed(self, chunk: int, samples: list) -> None:
         """Add the encoded samples of `chunk` (packed first when packing)."""
         refs = [(chunk, i) for i in range(len(samples))]
+        self.received += len(samples)
         if self.packer is None:
             self._place(samples, refs)
             return
-        packs = [p for ref, s in zip(refs, samples) for p in self.packer.add(ref, s, self.formed)]
+        packs = [p for ref, s in zip(refs, samples) for p in self.packer.add(ref, s, self.index)]
         self._place([p for _, p in packs], [r for r, _ in packs])
 
     def _place(self, samples: list, refs: list) -> None:
         """Put samples (or packs) with their refs into the buckets / the output queue."""
-        if self.batch_size is None and not self.grouped:
-            if samples:
-                self.queue.append([list(refs), list(samples), 0, None])
+        if self.unbatched:
+            for ref, sample in zip(refs, samples):
+                self.queue.append([[ref], [sample], 0, self.index])
+                self.formed += 1
             return
         for ref, sample in zip(refs, samples):
             bucket = self._bucket_of(sample)
@@ -133,7 +151,7 @@ class Regrouper:
     def finish(self) -> None:
         """End of a finite pass: batch the partial buckets (unless drop_last)."""
         if not self.finished and self.packer is not None:
-            packs = self.packer.flush(self.formed)
+            packs = self.packer.flush(self.index)
             self._place([p for _, p in packs], [r for r, _ in packs])
         if not self.finished and not self.drop_last:
             for bucket in self.buckets.values():
@@ -141,25 +159,28 @@ class Regrouper:
                     self._form(bucket)
         self.finished = True
 
-    def drain(self) -> Iterator[Any]:
-        """The outputs ready to be yielded, in order (stops at the val limit)."""
-        while self.queue:
-            if self.limit is not None and self.yielded >= self.limit:
-                self.queue.clear()
-                self.finished = True
-                return
+    def take(self) -> tuple[Any, list] | None:
+        """The next output and the queue entry it comes from; None when none is ready (or at the val limit)."""
+        while self.queue and not self.at_limit:
             entry = self.queue[0]
-            refs, outputs, consumed, _ = entry
-            if consumed >= len(outputs):
-                self.queue.popleft()
-                continue
-            entry[2] += 1
-            self.yielded += 1
-            yield outputs[consumed]
+            if entry[2] < len(entry[1]):
+                entry[2] += 1
+                self.yielded += 1
+                return entry[1][entry[2] - 1], entry
+            self.queue.popleft()
+        if self.at_limit:
+            self.queue.clear()
+            self.finished = True
+        return None
 
     @property
     def at_limit(self) -> bool:
         return self.limit is not None and self.yielded >= self.limit
+
+    @property
+    def done(self) -> bool:
+        """This pass is over: finished and its queue left behind (`take` found it empty), or at the val limit."""
+        return self.at_limit or self.finished and not self.queue
 
     # ---- state -------------------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -171,6 +192,7 @@ class Regrouper:
                 if consumed < len(outputs)
             ],
             "formed": self.formed,
+            "received": self.received,
             "yielded": self.yielded,
             "finished": self.finished,
         }
@@ -178,51 +200,53 @@ class Regrouper:
             state["packing"] = self.packer.state()
         return state
 
-    def restore(self, state: dict, encoded_chunk: Callable[[int], list]) -> None:
-        """Rebuild the buckets and the output queue of `state`, re-encoding the chunks they come from."""
+    def restore(self, state: dict, encoded_chunk: Callable[[int, int], list]) -> None:
+        """Rebuild the buckets and the output queue of `state`, re-encoding the chunks they come from
+        (`encoded_chunk(chunk, batch)`: its encoded samples as made for the batch with that index)."""
         self.reset()
         self.formed = int(state["formed"])
-        chunks: dict[int, list] = {}
-
+        chunks: dict[tuple[int, int], list] = {}
         packs: dict[tuple, list] = {}
 
-        def sample_at(c: int, i: int) -> Any:
-            if c not in chunks:
-                chunks[c] = encoded_chunk(c)
-            if i >= len(chunks[c]):
+        def sample_at(c: int, i: int, index: int) -> Any:
+            key = (c, index if self.hooks.per_batch is not None else 0)  # else made alike for any batch
+            if key not in chunks:
+                chunks[key] = encoded_chunk(c, index)
+            got = chunks[key]
+            if i >= len(got):
                 raise LoaderError(
-                    f"loader state refers to sample {i} of chunk {c}, which now encodes to {len(chunks[c])} "
+                    f"loader state refers to sample {i} of chunk {c}, which now encodes to {len(got)} "
                     f"samples: {_NOT_DETERMINISTIC}"
                 )
-            return chunks[c][i]
+            return got[i]
 
         def item_at(ref: tuple, index: int) -> Any:
             if not isinstance(ref[0], tuple):
-                return sample_at(*ref)
+                return sample_at(*ref, index)
             group, k = ref
-            if group not in packs:
+            if (group, index) not in packs:
                 if self.packer is None:
                     raise LoaderError("loader state holds packed samples, but this loader does not pack")
-                packs[group] = self.packer.pack(group, [sample_at(*r) for r in group], index)
-            if k >= len(packs[group]):
+                packs[group, index] = self.packer.pack(group, [sample_at(*r, index) for r in group], index)
+            if k >= len(packs[group, index]):
                 raise LoaderError(f"loader state refers to pack output {k} of {group}: {_NOT_DETERMINISTIC}")
-            return packs[group][k]
+            return packs[group, index][k]
 
         def samples_of(refs: list, index: int | None = None) -> list:
-            return [item_at(r, self.formed if index is None else index) for r in refs]
+            return [item_at(r, self.index if index is None else index) for r in refs]
 
         if self.packer is not None:
             if "packing" not in state:
                 raise LoaderError("loader state has no packing state, but this loader packs samples")
             self.packer.restore(state["packing"], samples_of)
         for entry in state["queue"]:
-            refs = [_ref_of(r) for r in entry["refs"]]
-            samples = samples_of(refs, entry["batch"])
-            index = entry["batch"]
-            outputs = samples if index is None else self.hooks.batches(samples, index)
+            refs, index = [_ref_of(r) for r in entry["refs"]], int(entry["batch"])
+            samples = samples_of(refs, index)
+            outputs = samples if self.unbatched else self.hooks.batches(samples, index)
             self.queue.append([refs, outputs, int(entry["consumed"]), index])
         for refs in state["buckets"]:
             refs = [_ref_of(r) for r in refs]
             self._place(samples_of(refs), refs)
+        self.received = int(state["received"])
         self.yielded = int(state["yielded"])
         self.finished = bool(state["finished"])

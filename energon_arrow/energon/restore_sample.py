@@ -8,11 +8,12 @@ sample's key when unbatched) with the chunk position:
 
 - one batch per chunk:  `("BasicLoader", "chunk", b, *item_key)`: the batch of chunk b;
 - regrouped (stream mode, energon/regroup.py): `("BasicLoader", "stream", batch, output, refs, *item_key)`:
-  output `output` of batch number `batch` (None: unbatched) formed from the encoded samples `refs`
-  (`((chunk, index in the chunk's encoded samples), ...)`).
+  output `output` of the batch with index `batch` (unbatched: the output's own index) formed from the encoded
+  samples `refs` (`((chunk, index in the chunk's encoded samples), ...)`).
 
 Restoring re-reads those chunks and re-runs the hooks with the same (chunk, slot) seeds, so hooks marked
-`@stateless(restore_seeds=True)` reproduce their randomness, as in energon. Items without a restore key (a
+`@stateless(restore_seeds=True)` reproduce their randomness, as in energon (and, as energon's restore does, they
+see the item's batch index). Items without a restore key (a
 task encoder's batch type without `__restore_key__`) keep none and cannot be restored (as in energon).
 """
 
@@ -138,12 +139,13 @@ def restore_item(loader, restore_key: tuple) -> Any:
         return tag_chunk_item(item, b)
     if loader.regroup is None:
         raise LoaderError("restore_sample: a regrouped-batch key given to a loader that does not regroup")
-    index, output, refs, inner = key[2], int(key[3]), _ref_key(key[4]), key[5:]
+    index, output, refs, inner = int(key[2]), int(key[3]), _ref_key(key[4]), key[5:]
     chunks: dict[int, list] = {}
 
     def sample(c: int, i: int) -> Any:
         if c not in chunks:
-            chunks[c] = _rebuild_chunk(ds, c) or []
+            with ds.hooks.restoring_samples(index):
+                chunks[c] = _rebuild_chunk(ds, c) or []
         if i >= len(chunks[c]):
             raise LoaderError(
                 f"restore_sample: sample {i} of chunk {c} does not exist now (the task encoder is not "
@@ -167,11 +169,11 @@ def restore_item(loader, restore_key: tuple) -> Any:
                 "restore_sample: the task encoder's pack_selected_samples is not @stateless: mark it @stateless "
                 "to restore packed samples, as energon requires"
             )
-        packs = packer.pack(group_refs, [sample(*r) for r in group_refs], index or 0)
+        packs = packer.pack(group_refs, [sample(*r) for r in group_refs], index)
         if k >= len(packs):
             raise LoaderError(f"restore_sample: pack {ref!r} now has {len(packs)} outputs, not {k + 1}")
         samples.append(packs[k])
-    outputs = samples if index is None else ds.hooks.batches(samples, int(index))
+    outputs = samples if loader.regroup.unbatched else ds.hooks.batches(samples, index)
     if output >= len(outputs):
         raise LoaderError(f"restore_sample: batch {index} now has {len(outputs)} outputs, not {output + 1}")
     item = outputs[output]

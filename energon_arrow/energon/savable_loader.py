@@ -2,7 +2,7 @@
 
 - `len()` is the dataset's (see EnergonDataset.__len__);
 - stream mode (grouped batches, generator hooks, packing, `batch_size=None`): batches are formed by
-  energon/regroup.py (packing by energon/packing.py);
+  energon/regroup.py (packing by energon/packing.py), per energon worker (energon/worker_regroup.py);
 - `virtual_epoch_length > 0`: each `iter()` yields that many batches, the next continues the stream (energon's
   EpochizeDataset); when a finite pass (repeat=False) ends first, that virtual epoch ends with it; a val `limit`: each pass yields the first `limit` batches;
 - watchdog (energon/watchdog.py): when producing a batch takes longer than `watchdog_timeout_seconds` (the first
@@ -22,8 +22,8 @@ import torch.distributed
 
 from energon_arrow.energon.debug_log import LoaderLog
 from energon_arrow.energon.energon_dataset import EnergonDataset
-from energon_arrow.energon.regroup import Regrouper
 from energon_arrow.energon.restore_sample import can_restore, restore_item, tag_stream_item
+from energon_arrow.energon.worker_regroup import WorkerRegroupers
 from energon_arrow.energon.worker_send import received
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.loader import Loader
@@ -61,8 +61,9 @@ class BasicLoader(Loader, Generic[T]):
         dataset.hooks.cache_pool = cache_pool  # forked into the workers with the dataset
         self.watchdog = (watchdog_timeout_seconds, watchdog_initial_timeout_seconds, fail_on_timeout)
         self.regroup = (
-            Regrouper(
+            WorkerRegroupers(
                 dataset.hooks,
+                dataset.schedule,
                 dataset.batch_size,
                 dataset.batch_drop_last,
                 dataset.batch_limit,
@@ -86,18 +87,18 @@ class BasicLoader(Loader, Generic[T]):
     def _stream(self) -> Iterator[Any]:
         rg, ds = self.regroup, self.dataset
         if self._regroup_state is not None:
-            with ds.hooks.restoring_samples():
-                rg.restore(self._regroup_state, ds.encoded_chunk)
+            rg.restore(self._regroup_state, self._encoded_chunk)
             self._regroup_state = None
         total = ds.total_batches()
         if total is not None and self.next_batch >= total or rg.at_limit:
-            if rg.finished and not rg.queue or rg.at_limit:
+            if rg.done:
                 rg.reset()  # the previous pass is over: start a new one
                 self.next_batch = 0
             else:  # the state was saved in the last batches of a pass: finish it
                 rg.finish()
                 yield from self._drain()
                 return
+        ds.hooks.fed = rg.fed()  # where each worker's outputs stand (forked into the workers)
         for samples in super()._batches():
             rg.feed(self.next_batch - 1, received(samples))
             yield from self._drain()
@@ -109,10 +110,14 @@ class BasicLoader(Loader, Generic[T]):
             yield from self._drain()
 
     def _drain(self) -> Iterator[Any]:
-        """The regrouper's ready outputs, each tagged with the queue entry it comes from (restore_sample)."""
-        rg = self.regroup
-        for item in rg.drain():
-            yield tag_stream_item(item, rg.queue[0])
+        """The regroupers' outputs ready in turn, each tagged with the queue entry it comes from (restore_sample)."""
+        for item, entry in self.regroup.drain():
+            yield tag_stream_item(item, entry)
+
+    def _encoded_chunk(self, chunk: int, batch: int) -> list:
+        """The encoded samples of `chunk` made again for the batch with index `batch` (restoring a state)."""
+        with self.dataset.hooks.restoring_samples(batch):
+            return self.dataset.encoded_chunk(chunk)
 
     def _batches(self) -> Iterator[Any]:
         ds = self.dataset

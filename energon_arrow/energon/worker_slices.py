@@ -15,7 +15,9 @@ BatchSchedule.slots gives those of the global batches; `worker_of(b)` the worker
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -137,6 +139,22 @@ class WorkerSchedule:
             )
         self.starts, self.turn = [int(x) for x in samples], int(turn) % self.workers
 
+    def reader_chunks(self, start: int, k: int, n: int) -> Iterator[int]:
+        """The batches DataLoader worker k of n reads, from this rank's batch `start` on: those of one energon
+        worker, so that each worker's stream is encoded in order by one process (energon/hooks.py numbers
+        generator outputs by their count); torch's round robin over the readers, skipping finished ones, still
+        delivers them in batch order."""
+        if self.rank_batches is None:
+            return itertools.count(start + k, n)
+        if n != self.workers:
+            return iter(range(start + k, self.rank_batches, n))
+        rest = self.worker[start:]
+        _, first = np.unique(rest, return_index=True)
+        readers = rest[np.sort(first)]  # the workers left, in the order their next batch comes
+        if k >= len(readers):
+            return iter(())
+        return iter((start + np.flatnonzero(rest == readers[k])).tolist())
+
     def slots(
         self, b: int, start: int = 0, end: int = 0, limit: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -253,18 +271,18 @@ def train_schedule(
 
 
 class WorkerIndex:
-    """TaskHooks.worker_index for a WorkerSchedule: (b, slot) -> (worker seed, batch index, sample index), the
-    indices counted as energon counts them: each worker numbers its k-th batch / sample k * workers + worker."""
+    """TaskHooks.worker_index for a WorkerSchedule: (b, slot) -> (worker, worker seed, batch index, sample index),
+    the indices counted as energon counts them: each worker numbers its k-th batch / sample k * workers + worker."""
 
     def __init__(self, schedule: WorkerSchedule, worker_config):
-        self.schedule = schedule
+        self.schedule, self.workers = schedule, schedule.workers
         wc = worker_config
         self.seeds = [wc.worker_seed(w if wc.num_workers else None) for w in range(schedule.workers)]
 
-    def __call__(self, b: int, slot: int) -> tuple[int, int, int]:
+    def __call__(self, b: int, slot: int) -> tuple[int, int, int, int]:
         w, i, pos = self.schedule.place(b, slot)
-        n = self.schedule.workers
-        return self.seeds[w], i * n + w, pos * n + w
+        n = self.workers
+        return w, self.seeds[w], i * n + w, pos * n + w
 
 
 def finite_length(offsets: list[list[int]], over_epochs: list, repetitions: list[float] | None) -> int:

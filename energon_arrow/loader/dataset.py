@@ -3,7 +3,7 @@
 Each item is `(global_batch_index, skipped_samples, batch, slot_leases)`; the `Loader` unpacks it, checks the
 order, keeps the resume state and tracks the image slots the batch lives in (`image_slots`, see images/slots.py).
 Worker k of K produces global batches start + k, start + k + K, ... so the DataLoader's round-robin hands them out
-in global order whatever K is.
+in global order whatever K is (a schedule with `reader_chunks(start, k, K)` chooses each worker's batches itself).
 """
 
 from __future__ import annotations
@@ -274,10 +274,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
         ahead = self.settings.read_ahead if self.settings.read_ahead is not None else (2 if windowed else 0)
 
         def batch_ids() -> Iterator[int]:
-            b = self.start_batch + k
-            while total is None or b < total:
-                yield b
-                b += n
+            if hasattr(self.schedule, "reader_chunks"):  # energon's order (energon/worker_slices.py)
+                return self.schedule.reader_chunks(self.start_batch, k, n)
+            first = self.start_batch + k
+            return itertools.count(first, n) if total is None else iter(range(first, total, n))
 
         def plans() -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
             """(b, plan) of each batch of this worker, planned 16 at a time (plan_many)."""

@@ -1,10 +1,9 @@
 """The same packing task encoder (preencode_sample, select_samples_to_pack, postencode_sample,
 pack_selected_samples, batch) run on energon 7.4.1 and on energon-arrow, only the import switched.
 
-Packs depend on which samples share a packing buffer, and a buffer holds consecutive samples of the stream, so
-they are compared where the two streams put the same samples in the same buffers: validation (both keep the
-split's order: the same packs in the same order) and a training epoch whose whole epoch fits in one buffer (the
-same multiset of packs; our training order differs from energon's, see docs/migration.md). Also the same
+Packs depend on which samples share a packing buffer, and a buffer holds consecutive samples of a worker's
+stream: here one worker, validation (the same packs in the same order) and training epochs (the same packs; with
+several workers, tests/conformance/test_worker_regroup_energon.py compares the batches themselves). Also the same
 selection / postencode calls and the same skip-and-flush behaviour at the end of a finite pass."""
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_exact_resume_inside_partly_filled_buffers(prepared_root, workers):
         first = make_loader(prepared_root, workers=workers)
         take(first, cut)
         state = first.save_state_rank()
-        windows.append(len(state["regroup"]["packing"]["window"]))
+        windows.append(len(state["regroup"]["workers"][0]["packing"]["window"]))
         second = make_loader(prepared_root, workers=2 - workers)
         second.restore_state_rank(state)
         assert take(second, 14 - cut) == ref[cut:]
