@@ -26,6 +26,7 @@ are formed from a stream of outputs (generator hooks, unbatched), each output se
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import random
@@ -81,11 +82,14 @@ def cook_kwargs(cook, source: SplitSource, cache_pool: Any = None, view: Any = N
 
 
 @contextlib.contextmanager
-def _seeded(seed: int, enabled: bool):
-    """Seed random / numpy / torch from `seed` for the call, then put the caller's random state back."""
+def _seeded(seed, enabled: bool):
+    """Seed random / numpy / torch from `seed` (an int, or a function giving it: computed only when enabled) for
+    the call, then put the caller's random state back."""
     if not enabled:
         yield
         return
+    if callable(seed):
+        seed = seed()
     saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
     random.seed(seed)
     np.random.seed(seed & 0xFFFFFFFF)
@@ -96,6 +100,11 @@ def _seeded(seed: int, enabled: bool):
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         torch.random.set_rng_state(saved[2])
+
+
+def _energon_sample_seed(worker_seed: int, sample_index: int) -> int:
+    """The seed energon gives a stateless hook with restore_seeds for a worker's sample."""
+    return int.from_bytes(hashlib.sha1(f"{worker_seed}|{sample_index}".encode()).digest()[:4], "big")
 
 
 def _outputs(result: Any, index_at) -> list:
@@ -203,7 +212,7 @@ class TaskHooks:
         return any(f is not None and inspect.isgeneratorfunction(f) for f in fns)
 
     # ---- calling one hook --------------------------------------------------------------------------------
-    def _call(self, name: str, fn, arg: Any, seed: int, index, restore: Any = None, **kwargs) -> list:
+    def _call(self, name: str, fn, arg: Any, seed, index, restore: Any = None, **kwargs) -> list:
         """The outputs of `fn(arg)`; [] when it skipped or failed (failures counted as energon does). `index`:
         the (batch index, sample index) the hook sees, or a function of the output number giving them."""
         counter = self._counters.get(name)
@@ -243,8 +252,7 @@ class TaskHooks:
             return [sample]
         if self.worker_index is not None:  # energon: seeded from (worker seed, the worker's sample index)
             w, worker_seed, batch_index, sample_index = self.worker_index(b, slot)
-            digest = hashlib.sha1(f"{worker_seed}|{sample_index}".encode()).digest()
-            seed = int.from_bytes(digest[:4], "big")
+            seed = functools.partial(_energon_sample_seed, worker_seed, sample_index)
         else:
             w, seed, batch_index = 0, self.sample_seed(b, slot), b
             sample_index = b * self.local_batch_size + slot
