@@ -147,3 +147,24 @@ def test_a_damaged_row_index_is_rebuilt_not_used(prepared):
         f.write("{")
     again = open_row_index(open_storage(prepared), shards, {})
     assert np.array_equal(again.rows, rows) and again.keys().to_pylist() == keys
+
+
+def test_tar_index_only_records_what_it_rewrites(prepared, tmp_path):
+    """`prepare --tar-index-only` after a shard changed: the rewritten `.tar.idx` is recorded in the manifest
+    (readers accept it), the others keep their entries, and the changed sample count is a warning."""
+    other = str(tmp_path / "other")
+    write_webdataset(other, shards=2, samples_per_shard=7, image_bytes=64)
+    shard = "shards/shard-000001.tar"
+    shutil.copyfile(os.path.join(other, shard), os.path.join(prepared, shard))
+    storage = open_storage(prepared)
+    before = json.loads(Path(prepared, MANIFEST_REL).read_text())["files"]
+    result = prepare_dataset(prepared, PrepareOptions(tar_index_only=True, num_workers=1))
+    assert any("shard-000001.tar: 7 samples now, 5 in" in w for w in result.warnings)
+    after = json.loads(Path(prepared, MANIFEST_REL).read_text())["files"]
+    rewritten = shard + ".idx"
+    assert after[rewritten] != before[rewritten]
+    assert {k: v for k, v in after.items() if k != rewritten} == {
+        k: v for k, v in before.items() if k != rewritten
+    }
+    assert len(read_tar_index(open_storage(prepared), shard)) == 7 + 1  # each sample's offset and the end
+    assert len(read_tar_index(storage, "shards/shard-000000.tar")) == 5 + 1
