@@ -167,7 +167,7 @@ class Dataset:
         entries = exclusions.sample_entries(self._excludes)
         if not entries.num_rows:
             return None
-        side = self._side.identity()
+        side = exclusions.cache_key(self.storage, self._side.identity())
         rel = exclusions.cache_rel(self.split_config_name)
         indexes = exclusions.read_cache(self.storage, rel, entries, side) if self._in_place else None
         if indexes is None:

@@ -6,8 +6,9 @@ hashes the keys of every shard named (3.5 CPU-seconds for the 80M keys of bench_
 result is small, one sample_index per entry, so it is computed when a query first needs it and cached in
 `.nv-meta/arrow/excluded-<split config>.parquet` (CACHE_SCHEMA: the entries' shard_id and sample_key, and the
 sample_index they match, null for none). A cache is used only when its entries equal the current ones and its
-metadata names the side index it was computed for (`index.summary.identity`): an edited split.yaml or a dataset
-prepared again makes it stale, and it is computed again and replaced (one atomic write; kept in memory on a
+metadata names what it was computed from (`cache_key`: the side index's `index.summary.identity` and, for a
+dataset with a manifest, the recorded SHA-256 of the samples table its keys come from): an edited split.yaml, a
+dataset prepared again or a samples table replaced makes it stale, and it is computed again and replaced (one atomic write; kept in memory on a
 read-only store). With the entries resolved, `info` counts matched entries from this small table and
 `split_samples` drops excluded samples by one bit test per row: `bitmaps` gives each shard with excluded
 samples a bitmap of its sample indexes (a DuckDB BIT value, carried through the join with the split's shards;
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 from energon_arrow.adapters import Storage, StorageError
 from energon_arrow.index.from_sqlite import parquet_bytes
 from energon_arrow.index.schema import SIDE_INDEX_DIR
+from energon_arrow.meta.manifest import manifest_of
 from energon_arrow.query.errors import NotPreparedError
 from energon_arrow.query.sideindex import read_parquet
 from energon_arrow.tar.arrow import from_numpy
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 
 # Parquet metadata of a cache: the identity of the side index it was computed for
 CACHE_KEY = b"energon_arrow.excluded_of"
+SAMPLES_REL = f"{SIDE_INDEX_DIR}/samples.parquet"
 CACHE_SCHEMA = pa.schema(
     [
         pa.field("shard_id", pa.int32(), nullable=False),
@@ -47,6 +50,13 @@ MATCH_SQL = """SELECT e.pos, s.sample_index FROM samples s
 # entries per join: the entries come by shard, so each join reads the row groups of its shards only, with a hash
 # table that stays in cache (a fifth less CPU than one join of 1M entries)
 MATCH_BATCH = 1 << 17
+
+
+def cache_key(storage: Storage, side_identity: bytes) -> bytes:
+    """The key a cache of `storage`'s resolved exclusions is stored under (see the module docstring)."""
+    manifest = manifest_of(storage)
+    digest = manifest.digest(SAMPLES_REL) if manifest is not None else None
+    return side_identity if digest is None else side_identity + b"|samples.parquet sha256 " + digest.encode()
 
 
 def cache_rel(split_config: str) -> str:

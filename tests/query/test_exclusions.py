@@ -11,10 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from energon_arrow.adapters import open_storage
 from energon_arrow.meta.split import SplitConfig
 from energon_arrow.query import exclusions, open_dataset
-from energon_arrow.query.exclusions import CACHE_KEY, bitmaps, cache_rel
+from energon_arrow.query.exclusions import CACHE_KEY, SAMPLES_REL, bitmaps, cache_rel
 from energon_arrow.query.splits import exclude_table
+from energon_arrow.testing.synthetic import write_webdataset
 from tests.query.conftest import write_split
 from tests.query.test_splits import SPLIT, keys
 
@@ -74,6 +76,29 @@ def test_cache_of_another_side_index_is_ignored(energon_ds):
         assert ("shards/shard-000000.tar/no_such_key", False) in matched
         assert ds.split("train").num_rows == 20
     assert _cache(energon_ds)[1].equals(table)
+
+
+def test_cache_key_includes_the_recorded_samples_digest(tmp_path):
+    """With a manifest, a cache is keyed by the samples table's recorded SHA-256 too: a cache stored under the
+    side index's identity alone (computed from other sample keys than those recorded now) is not used."""
+    from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
+    from energon_arrow.meta import parse_split_ratio
+    from energon_arrow.meta.manifest import manifest_of
+
+    root = str(tmp_path / "ds")
+    write_webdataset(root, shards=4, samples_per_shard=12, image_bytes=48)
+    prepare_dataset(root, PrepareOptions(split_ratio=parse_split_ratio("3,1,0"), num_workers=1))
+    write_split(root, SPLIT)
+    expected = _train(root)
+    path, table = _cache(root)
+    with open_dataset(root) as ds:
+        identity = ds._side.identity()
+    key = table.schema.metadata[CACHE_KEY]
+    assert key.startswith(identity) and manifest_of(open_storage(root)).digest(SAMPLES_REL).encode() in key
+    forged = table.set_column(2, "sample_index", table.column("sample_index").fill_null(5))
+    pq.write_table(forged.replace_schema_metadata({CACHE_KEY: identity}), path)
+    assert _train(root) == expected
+    assert _cache(root)[1].schema.metadata[CACHE_KEY] == key  # computed again and replaced
 
 
 def test_read_only_open_does_not_write_the_cache(energon_ds):
