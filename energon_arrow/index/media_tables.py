@@ -169,7 +169,7 @@ PREPARE_HINT = (
 
 def open_media_lookup(storage, rel: str = ".nv-meta/index.sqlite") -> MediaLookup:
     """The `MediaLookup` of the dataset at `storage` (its index.sqlite streamed once per process from object stores
-    into a private temporary folder, removed with the lookup); RuntimeError naming the dataset when it has no media
+    into a private temporary folder, checked against the manifest, removed with the lookup); RuntimeError naming the dataset when it has no media
     metadata."""
     from energon_arrow.adapters import NotFound
 
@@ -184,13 +184,12 @@ def open_media_lookup(storage, rel: str = ".nv-meta/index.sqlite") -> MediaLooku
         import weakref
 
         from energon_arrow.adapters.publish import private_mkdtemp
+        from energon_arrow.meta.manifest import download_verified
 
         tmp = private_mkdtemp("ea-media-")
         path = os.path.join(tmp, "index.sqlite")
-        try:
-            with open(path, "wb") as f:
-                for chunk in storage.iter_chunks(rel):  # an index.sqlite can be GBs: never whole in memory
-                    f.write(chunk)
+        try:  # an index.sqlite can be GBs: streamed, checked against the manifest
+            download_verified(storage, rel, path)
         except NotFound:
             shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeError(missing) from None

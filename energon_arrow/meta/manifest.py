@@ -13,8 +13,9 @@ finishes index.sqlite); nothing is read back from the store.
 What is verified (`read_verified`, `check_bytes`): prepare's own files - `.info.json`, `index.uuid`,
 `arrow/shards.parquet` and `arrow/summary.parquet` (read whole), every `<shard>.tar.idx` (where read: lint), and
 the whole of `samples.parquet`/`parts.parquet` where they are read whole (the loader's row index); where they are
-scanned in place (DuckDB queries) only their size (`check_size`). `index.sqlite` is recorded, not verified on read
-(SQLite and energon read its pages at random). User-editable files - `split.yaml`, the dataset yaml,
+scanned in place (DuckDB queries) only their size (`check_size`). `index.sqlite` is verified where energon-arrow
+downloads it from an object store (`download_verified`: the media metadata lookups); a local one is opened in place
+by SQLite, which reads its pages at random, and is not hashed. User-editable files - `split.yaml`, the dataset yaml,
 `sample_loader.py` - are recorded as of prepare (`"editable"`) and never an error: a read that differs from the
 record is a user edit when a second read returns the same bytes (a damaged response does not repeat), and reads
 go on until two agree. A mismatch of a verified file is read again (the storage's retry budget, `Storage.retry`;
@@ -212,6 +213,26 @@ def read_verified(storage, rel: str, read=None):
             storage.url_of(rel), f"{reads} reads returned different bytes (a damaged connection or store?)"
         )
     raise _mismatch(storage, rel, expected, got, reads)
+
+
+def download_verified(storage, rel: str, path: str) -> None:
+    """Stream `rel` into the local file `path` (never whole in memory), hashing it on the way; when the manifest
+    lists it, a download that does not match is done again (the storage's retry budget), then an IntegrityError."""
+    expected, editable = _recorded(storage, rel)
+    reads, attempts = 0, _attempts(storage)
+    while True:
+        digest, size = hashlib.sha256(), 0
+        with open(path, "wb") as f:
+            for chunk in storage.iter_chunks(rel):
+                digest.update(chunk)
+                size += len(chunk)
+                f.write(chunk)
+        reads += 1
+        got = FileDigest(size, digest.hexdigest())
+        if expected is None or editable or got == expected:
+            return
+        if next(attempts, None) is None:
+            raise _mismatch(storage, rel, expected, got, reads)
 
 
 def _quick(data, expected: FileDigest) -> FileDigest | None:

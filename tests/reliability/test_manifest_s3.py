@@ -118,3 +118,19 @@ def test_a_damaged_read_while_building_the_row_index_poisons_no_cache(proxy, thr
     fresh = open_row_index(clean, shards, {})
     assert np.array_equal(fresh.rows, rows) and fresh.keys().to_pylist() == keys
     assert all(np.array_equal(fresh.parts[n], parts[n]) for n in parts)
+
+
+def test_a_damaged_index_sqlite_download_is_done_again(proxy, through, dataset, s3_server, tmp_path):
+    """index.sqlite streamed to a local file (the media metadata lookups) is checked against the manifest: a
+    damaged download is done again; damaged every time, a clear error."""
+    from energon_arrow.meta.manifest import download_verified
+
+    rel = ".nv-meta/index.sqlite"
+    clean = open_storage(dataset, s3_server.storage_options).read_bytes(rel)
+    proxy.inject_for("index.sqlite", "corrupt_response")
+    download_verified(through(), rel, str(tmp_path / "a.sqlite"))
+    assert (tmp_path / "a.sqlite").read_bytes() == clean
+    assert _gets(proxy, "index.sqlite") == ["corrupt_response", "forwarded"]
+    proxy.inject_for("index.sqlite", *["corrupt_response"] * FAST.attempts)
+    with pytest.raises(IntegrityError, match=rf"index.sqlite: differs .* {FAST.attempts} reads"):
+        download_verified(through(), rel, str(tmp_path / "b.sqlite"))
