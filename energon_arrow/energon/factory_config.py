@@ -113,7 +113,8 @@ def core_config(
     max_samples_per_sequence: int | None,
 ) -> dict:
     """energon's `factory.build().config()` for `source` (`slice_offsets`: per worker of this rank, its sequence
-    boundaries, energon/train_order.py)."""
+    boundaries in the source's rows, energon/train_order.py; energon counts them in the split's rows, a subset
+    starting at `row_offset`)."""
     kind = factory_class(source).__name__
     load = {
         "DefaultCrudeJsonlDatasetFactory": JSONL_LOAD_SAMPLE_RAW,
@@ -124,7 +125,7 @@ def core_config(
         "type": "WebdatasetSampleLoaderDataset",
         "joins": len(_members(source)),
         "len": sum(o[-1] - o[0] for o in slice_offsets),
-        "slice_offsets": [list(o) for o in slice_offsets],
+        "slice_offsets": [[source.row_offset + i for i in o] for o in slice_offsets],  # in split rows
         "worker_config": worker_config.config(),
         "shuffle_over_epochs": shuffle_over_epochs if training else None,
         "parallel_slice_iters": parallel,
