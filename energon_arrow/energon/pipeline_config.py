@@ -26,13 +26,11 @@ from energon_arrow.energon.wrappers.factories import (
 from energon_arrow.samples.stateless import get_stateless
 
 
-def loader_config(loader) -> dict:
-    """energon's `SavableDataLoader.config()` / `BasicDataLoader.config()` of `loader` (energon/savable_loader.py)."""
-    from energon_arrow.energon.savable_loader import SavableLoader
-
+def loader_config(loader, kind: str) -> dict:
+    """energon's `config()` of `loader` (`kind`: "SavableDataLoader" or "BasicDataLoader", energon/savable_loader.py)."""
     workers = loader.worker_config.num_workers
     return {
-        "type": "SavableDataLoader" if isinstance(loader, SavableLoader) else "BasicDataLoader",
+        "type": kind,
         "num_workers": workers,
         "persistent_workers": workers > 0,
         "pin_memory": True,

@@ -88,7 +88,9 @@ class BasicLoader(Loader, Generic[T]):
         (energon/pipeline_config.py), to compare with a config stored by an energon job."""
         from energon_arrow.energon.pipeline_config import loader_config
 
-        return loader_config(self)
+        return loader_config(
+            self, "SavableDataLoader" if isinstance(self, SavableLoader) else "BasicDataLoader"
+        )
 
     # ---- iteration ---------------------------------------------------------------------------------------
     def _stream(self) -> Iterator[Any]:
