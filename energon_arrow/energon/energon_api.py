@@ -211,7 +211,9 @@ def get_train_dataset(
     return ds
 
 
-def _val(req: _Request, sources, worker_config, batch_size, batch_drop_last, limit) -> EnergonDataset:
+def _val(
+    req: _Request, sources, multipliers, worker_config, batch_size, batch_drop_last, limit
+) -> EnergonDataset:
     return req.build(
         sources,
         dict(shuffle=False, repeat=False),
@@ -220,6 +222,7 @@ def _val(req: _Request, sources, worker_config, batch_size, batch_drop_last, lim
         batch_size=batch_size,
         batch_drop_last=batch_drop_last,
         limit=limit,
+        source_over_epochs=multipliers,
     )
 
 
@@ -264,8 +267,8 @@ def get_val_dataset(
     pipeline_kwargs = dict(kwargs)
     kwargs["packing_buffer_size"] = packing_buffer_size
     req = _Request(task_encoder, kwargs, "get_val_dataset")
-    sources = req.sources(path, split_part).sources
-    ds = _val(req, sources, worker_config, batch_size, batch_drop_last, limit)
+    opened = req.sources(path, split_part)
+    ds = _val(req, opened.sources, opened.multipliers, worker_config, batch_size, batch_drop_last, limit)
     te = req.te
     ds.pipeline_recipe = lambda: pipeline(te, dict(pipeline_kwargs))
     return ds
@@ -311,8 +314,12 @@ def get_val_datasets(
         ]
     kwargs["packing_buffer_size"] = packing_buffer_size
     req = _Request(task_encoder, kwargs, "get_val_datasets")
-    sources = req.sources(path, split_part).sources
-    return [(_val(req, [src], worker_config, batch_size, batch_drop_last, limit), src) for src in sources]
+    opened = req.sources(path, split_part)
+    multipliers = opened.multipliers or [1] * len(opened.sources)
+    return [
+        (_val(req, [src], [m], worker_config, batch_size, batch_drop_last, limit), src)
+        for src, m in zip(opened.sources, multipliers)
+    ]
 
 
 def _check_loader_worker_config(dataset, worker_config, function: str) -> None:

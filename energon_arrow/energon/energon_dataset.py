@@ -16,12 +16,14 @@ import torch
 from energon_arrow.energon.debug_log import worker_batches_logged
 from energon_arrow.energon.energon_len import energon_length
 from energon_arrow.energon.restore_sample import tag_chunk_item
+from energon_arrow.energon.train_order import worker_slice_offsets
 from energon_arrow.energon.watchdog import Watchdog
 from energon_arrow.energon.worker_config import WorkerConfig
 from energon_arrow.energon.worker_send import sendable
 from energon_arrow.energon.worker_slices import WorkerIndex, train_schedule, val_schedule
 from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.order import combine_multipliers
 from energon_arrow.loader.reader import SampleReader
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.samples.decoders import PartDecoder
@@ -39,6 +41,12 @@ class EnergonDataset(BatchDataset):
     packing_buffer_size: int | None
     mode: str
     energon_len: int
+    #: energon's view for config(): per dataset, per worker of the rank, its sequence boundaries; per dataset the
+    #: factory's shuffle_over_epochs; the factories' parallel_shard_iters and max_samples_per_sequence
+    slice_offsets: list
+    factory_over_epochs: list
+    parallel_shard_iters: int | None
+    max_samples_per_sequence: int | None
 
     #: (timeout, initial timeout, fail_on_timeout) of the watchdog, set by the loader; timeout None: off
     watchdog: tuple = (None, None, False)
@@ -92,6 +100,12 @@ class EnergonDataset(BatchDataset):
         """The batches with their restore key prefixed by their chunk (in the worker, off the main process)."""
         for b, skipped, batch, leases in super().__iter__():
             yield b, skipped, tag_chunk_item(batch, b), leases
+
+    def config(self) -> dict:
+        """energon's `config()` of the pipeline it builds for this dataset's call (energon/pipeline_config.py)."""
+        from energon_arrow.energon.pipeline_config import dataset_config
+
+        return dataset_config(self)
 
     def __len__(self) -> int:
         """Batches (samples when unbatched) this rank yields in one pass of a finite dataset (val, or train with
@@ -149,9 +163,11 @@ def build_dataset(
     max_samples_per_sequence: int | None = None,
     parallel_shard_iters: int | None = None,
     sample_order: str = "energon",
+    source_over_epochs: list | None = None,
 ) -> EnergonDataset:
     """The EnergonDataset of `sources` (`mode` "train" or "val"; `settings`: the other LoaderSettings; a blend's
-    `weights` or a blend_epochized's `repetitions`, one per source)."""
+    `weights` or a blend_epochized's `repetitions`, one per source; val: `source_over_epochs`, a metadataset's
+    shuffle_over_epochs_multiplier per source, which energon's factories hold)."""
     if worker_config is None:
         raise LoaderError(
             "worker_config is required (WorkerConfig(rank=..., world_size=..., num_workers=...))"
@@ -202,6 +218,23 @@ def build_dataset(
     ds.batch_size, ds.batch_drop_last = batch_size, batch_drop_last
     ds.batch_limit = limit if limit is not None and limit > 0 else None
     sizes = [len(s) for s in sources]
+    # what energon's pipeline for this call holds (its config(), energon/pipeline_config.py): per dataset, per
+    # worker, its sequence boundaries; the factories' shuffle_over_epochs, parallel_shard_iters and
+    # max_samples_per_sequence (val: energon's factories get the metadataset's multipliers only)
+    ds.slice_offsets = worker_slice_offsets(
+        sizes,
+        [s.shard_runs()[0] for s in sources],
+        worker_config.rank,
+        worker_config.world_size,
+        worker_config.num_workers,
+        max_samples_per_sequence,
+    )
+    ds.factory_over_epochs = (
+        list(ds.over_epochs)
+        if mode == "train"
+        else [combine_multipliers(1, m) for m in (source_over_epochs or [1] * len(sources))]
+    )
+    ds.parallel_shard_iters, ds.max_samples_per_sequence = parallel_shard_iters, max_samples_per_sequence
     if mode == "val":  # energon's order: per-worker slices, batched per worker (energon/worker_slices.py)
         ds.schedule = val_schedule(
             sizes,
@@ -215,10 +248,9 @@ def build_dataset(
     elif sample_order == "energon":  # energon's training order, per worker (energon/train_order.py)
         ds.schedule = train_schedule(
             sizes,
-            [s.shard_runs()[0] for s in sources],
+            ds.slice_offsets,
             chunk,
             worker_config,
-            max_samples_per_sequence=max_samples_per_sequence,
             parallel_shard_iters=parallel_shard_iters,
             over_epochs=ds.over_epochs if ds.settings.shuffle else [None] * len(sources),
             weights=weights,

@@ -83,6 +83,15 @@ class BasicLoader(Loader, Generic[T]):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def config(self) -> dict:
+        """energon's `loader.config()`: the pipeline energon runs for this call, in energon's names
+        (energon/pipeline_config.py), to compare with a config stored by an energon job."""
+        from energon_arrow.energon.pipeline_config import loader_config
+
+        return loader_config(
+            self, "SavableDataLoader" if isinstance(self, SavableLoader) else "BasicDataLoader"
+        )
+
     # ---- iteration ---------------------------------------------------------------------------------------
     def _stream(self) -> Iterator[Any]:
         rg, ds = self.regroup, self.dataset

@@ -31,7 +31,6 @@ from energon_arrow.energon.train_order import (
     Repeat,
     SampleLoader,
     ShuffleBuffer,
-    worker_slice_offsets,
 )
 from energon_arrow.loader.errors import LoaderError
 
@@ -226,11 +225,10 @@ def train_pipeline(
 
 def train_schedule(
     sizes: list[int],
-    shard_bounds: list[np.ndarray],
+    offsets: list[list[list[int]]],
     batch_size: int,
     worker_config,
     *,
-    max_samples_per_sequence: int | None,
     parallel_shard_iters: int | None,
     over_epochs: list,
     weights: list[float] | None,
@@ -239,12 +237,10 @@ def train_schedule(
     shuffle_buffer: int | None,
     drop_last: bool = False,
 ) -> WorkerSchedule:
-    """This rank's training batches in energon's order (see the module docstring)."""
+    """This rank's training batches in energon's order (see the module docstring; `offsets`: per dataset, per
+    worker of the rank, its sequence boundaries, train_order.worker_slice_offsets)."""
     wc = worker_config
     workers = max(1, wc.num_workers)
-    offsets = worker_slice_offsets(
-        sizes, shard_bounds, wc.rank, wc.world_size, wc.num_workers, max_samples_per_sequence
-    )
     common = dict(
         offsets=offsets,
         sizes=sizes,

@@ -56,6 +56,12 @@ class SplitSource:
     #: part name -> CRC32C of each dataset row's payload (the row index's crc files, read through `rowmap`); None:
     #: the dataset records no checksums (loader/verify_crc.py)
     part_crcs: dict[str, np.ndarray] | None = None
+    #: the split's shards as its split.yaml lists them, whole-shard excludes left out: (path, sample count in
+    #: .info.json); None: not opened from a split (energon's `factory.shards`, energon/factory_config.py)
+    split_shards: list[tuple[str, int]] | None = None
+    #: the split.yaml's `exclude` entries naming a sample (or a shard by its path), sorted (energon's
+    #: `factory.sample_excludes`: the entries containing "/")
+    sample_excludes: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -237,6 +243,8 @@ def open_split(
         f"{storage.url} split {split!r}",
     )  # fmt: skip
     src.shard_check = check
+    src.split_shards = [(p, info.shard_counts[p]) for p in mine["path"].to_pylist()]
+    src.sample_excludes = sorted({e for e in config.exclude if "/" in e})
     return src
 
 

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import json
 
-import energon_arrow as ea
+from energon_arrow.energon.metadataset_sources import open_sources
+from energon_arrow.loader.dataset import BatchDataset, LoaderSettings
+from energon_arrow.loader.loader import Loader
+from energon_arrow.samples.decoders import PartDecoder
 
 
-def _loader(path, **kwargs):
-    wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = ea.get_train_dataset(path, split_part="train", worker_config=wc, **kwargs)
-    return ea.get_savable_loader(ds)
+def _loader(path, *, batch_size, shuffle_buffer_size):
+    """The core Loader over the metadataset's sources (the energon API's loaders describe energon's pipeline
+    instead: tests/energon/test_energon_config.py)."""
+    opened = open_sources(path, "train")
+    settings = LoaderSettings(
+        global_batch_size=batch_size,
+        seed=0,
+        shuffle=True,
+        repeat=True,
+        shuffle_buffer=shuffle_buffer_size,
+        source_over_epochs=tuple(opened.multipliers),
+    )
+    ds = BatchDataset(opened.sources, settings, weights=opened.weights, decoder=PartDecoder(raw=True))
+    return Loader(ds, 0, device="cpu")
 
 
 def test_config_describes_the_loader_and_its_datasets(tmp_path, prepared_root):
@@ -22,7 +35,7 @@ def test_config_describes_the_loader_and_its_datasets(tmp_path, prepared_root):
     )
     cfg = _loader(str(mds), batch_size=4, shuffle_buffer_size=8).config()
     assert json.loads(json.dumps(cfg)) == cfg
-    assert cfg["type"] == "SavableLoader" and cfg["num_workers"] == 0
+    assert cfg["type"] == "Loader" and cfg["num_workers"] == 0
     inner = cfg["dataset"]
     assert inner["batch_size"] == 4 and inner["settings"]["shuffle_buffer"] == 8
     assert [(d["samples"], d["weight"], d["subflavors"]) for d in inner["datasets"]] == [

@@ -182,10 +182,28 @@ def set_sample_restore_key(sample: Any, *key, src: Any) -> Any:
     return _put_key(sample, (type(src).__name__, *key))
 
 
+#: functions energon-arrow implements outside its mirror of energon's modules, by energon's module of them
+_ENERGON_HOMES = {
+    "energon_arrow.samples.batch": (
+        "megatron.energon.task_encoder.base",
+        {"batch_list", "batch_stack", "batch_pad_stack", "generic_batch"},
+    ),
+}
+
+
 def function_config(fn: Callable) -> str:
+    """A function's name in a `config()` (energon's `SavableDataset._function_config`): `module.qualname`, where a
+    function of energon's API surface that energon-arrow mirrors (`energon_arrow.energon.x` mirrors
+    `megatron.energon.x`; the batch helpers) is named by energon's module, so that a config compares equal
+    with one an energon job stored; a user's own function keeps its own name (docs/migration.md)."""
     mod = inspect.getmodule(fn)
     name = mod.__name__ if mod is not None else getattr(fn, "__module__", "<unknown>")
-    return f"{name}.{getattr(fn, '__qualname__', getattr(fn, '__name__', repr(fn)))}"
+    qualname = getattr(fn, "__qualname__", getattr(fn, "__name__", "<unknown>"))
+    if name == "energon_arrow.energon" or name.startswith("energon_arrow.energon."):
+        name = "megatron.energon" + name[len("energon_arrow.energon") :]
+    elif name in _ENERGON_HOMES and qualname in _ENERGON_HOMES[name][1]:
+        name = _ENERGON_HOMES[name][0]
+    return f"{name}.{qualname}"
 
 
 def callable_config(value) -> dict:
