@@ -218,6 +218,8 @@ def build_dataset(
     ds.batch_size, ds.batch_drop_last = batch_size, batch_drop_last
     ds.batch_limit = limit if limit is not None and limit > 0 else None
     sizes = [len(s) for s in sources]
+    # energon rotates the workers over the datasets by their factories' lengths: the split's shards, whole
+    rotation = [sum(c for _, c in s.split_shards) if s.split_shards else len(s) for s in sources]
     # what energon's pipeline for this call holds (its config(), energon/pipeline_config.py): per dataset, per
     # worker, its sequence boundaries; the factories' shuffle_over_epochs, parallel_shard_iters and
     # max_samples_per_sequence (val: energon's factories get the metadataset's multipliers only)
@@ -228,6 +230,7 @@ def build_dataset(
         worker_config.world_size,
         worker_config.num_workers,
         max_samples_per_sequence,
+        rotation,
     )
     ds.factory_over_epochs = (
         list(ds.over_epochs)
@@ -244,6 +247,7 @@ def build_dataset(
             worker_config.num_workers,
             drop_last=ds.settings.drop_last,
             limit=None if stream else ds.batch_limit,
+            rotation_sizes=rotation,
         )
     elif sample_order == "energon":  # energon's training order, per worker (energon/train_order.py)
         ds.schedule = train_schedule(
@@ -276,6 +280,7 @@ def build_dataset(
         repetitions=repetitions,
         virtual_epoch_length=virtual_epoch_length,
         limit=ds.batch_limit,
+        rotation_sizes=rotation,
     )
     return ds
 

@@ -64,7 +64,9 @@ def worker_sample_counts(
 
 
 def rotation_offsets(sizes: Sequence[int], world_size: int, num_workers: int) -> list[int]:
-    """The worker rotation of each dataset: the samples of the datasets before it, modulo the global workers."""
+    """The worker rotation of each dataset: the samples of the datasets before it, modulo the global workers.
+    energon counts each dataset by its factory's length, the samples of its split's shards (a `subset:` and
+    sample excludes do not shorten it): pass those (`rotation_sizes` of the callers)."""
     global_workers = max(1, num_workers) * world_size
     out, acc = [], 0
     for n in sizes:
@@ -92,16 +94,19 @@ def energon_length(
     repetitions: Sequence[float] | None = None,
     virtual_epoch_length: int = 0,
     limit: int | None = None,
+    rotation_sizes: Sequence[int] | None = None,
 ) -> int:
     """len() of energon's dataset (and of its loaders) on `rank` over datasets of `sizes` samples.
 
     `repetitions`: blend_epochized repetitions per dataset (None: each dataset counted once, as for a single
-    dataset, a weighted blend or concatenated val datasets)."""
+    dataset, a weighted blend or concatenated val datasets); `rotation_sizes`: the lengths the worker rotation
+    counts (`rotation_offsets`; default `sizes`)."""
     if virtual_epoch_length > 0:  # energon splits the virtual epoch over the workers: they sum up to it
         return int(virtual_epoch_length)
     workers = max(1, num_workers)
     per_worker = [0.0] * workers
-    for d, (n, rot) in enumerate(zip(sizes, rotation_offsets(sizes, world_size, num_workers))):
+    rotations = rotation_offsets(rotation_sizes or sizes, world_size, num_workers)
+    for d, (n, rot) in enumerate(zip(sizes, rotations)):
         counts = worker_sample_counts(n, rank, world_size, num_workers, rot)
         r = 1 if repetitions is None else repetitions[d]
         for w in range(workers):

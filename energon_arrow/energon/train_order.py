@@ -136,10 +136,13 @@ def worker_slice_offsets(
     world_size: int,
     num_workers: int,
     max_samples: int | None,
+    rotation_sizes: Sequence[int] | None = None,
 ) -> list[list[list[int]]]:
-    """Per dataset, per worker of `rank`: its sequence boundaries (energon's workers_slice_offsets)."""
+    """Per dataset, per worker of `rank`: its sequence boundaries (energon's workers_slice_offsets);
+    `rotation_sizes`: the lengths the worker rotation counts (energon_len.rotation_offsets; default `sizes`)."""
     out = []
-    for n, bounds, rot in zip(sizes, shard_bounds, rotation_offsets(sizes, world_size, num_workers)):
+    rotations = rotation_offsets(rotation_sizes or sizes, world_size, num_workers)
+    for n, bounds, rot in zip(sizes, shard_bounds, rotations):
         ranges = worker_ranges(n, rank, world_size, num_workers, rot)
         out.append([slice_offsets(s, e, np.asarray(bounds), max_samples) for s, e in ranges])
     return out

@@ -182,8 +182,9 @@ def val_schedule(
     num_workers: int,
     drop_last: bool = False,
     limit: int | None = None,
+    rotation_sizes: list[int] | None = None,
 ) -> WorkerSchedule:
-    rotations = rotation_offsets(sizes, world_size, num_workers)
+    rotations = rotation_offsets(rotation_sizes or sizes, world_size, num_workers)
     ranges = [worker_ranges(n, rank, world_size, num_workers, rot) for n, rot in zip(sizes, rotations)]
     streams = [
         SegmentStream([(d, *ranges[d][w]) for d in range(len(sizes))]) for w in range(max(1, num_workers))

@@ -29,6 +29,10 @@ def root(tmp_path_factory):
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend_epochized:\n"
         "      - repetitions: 1.5\n        path: a\n      - repetitions: 2\n        path: b\n"
     )
+    (base / "subset.yaml").write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        "      - weight: 2\n        path: a\n        subset: {range: [0%, 40%]}\n      - weight: 1\n        path: b\n"
+    )
     return base
 
 
@@ -60,7 +64,7 @@ def test_one_dataset_same_batches_as_energon(root, case):
     assert _keys(ea, root / "a", 120, **dict(case)) == _keys(energon, root / "a", 120, **dict(case))
 
 
-@pytest.mark.parametrize("mds", ["blend.yaml", "epochized.yaml"])
+@pytest.mark.parametrize("mds", ["blend.yaml", "epochized.yaml", "subset.yaml"])
 @pytest.mark.parametrize("workers", [0, 3])
 def test_metadataset_same_batches_as_energon(root, mds, workers):
     kw = dict(shuffle_buffer_size=7, max_samples_per_sequence=4, workers=workers, world=2, rank=1)
