@@ -175,8 +175,9 @@ def no_side_file(crc_url: str, prefix: str, explicit: bool, from_environment: bo
     """What a verified open of a dataset without side file does: an error when "crc" was asked for explicitly, a
     warning when it comes from ENERGON_ARROW_VERIFY, nothing for the default (such datasets load as before)."""
     why = (
-        f"verify='crc' needs {crc_url}, which does not exist (written by Megatron-Core or an energon-arrow older "
-        f"than token checksums); add it with `energon-arrow merge --output-prefix NEW {prefix}` (a checked copy)"
+        "verify='crc' needs this side file, which does not exist (the dataset was written by Megatron-Core or an "
+        f"energon-arrow older than token checksums); `energon-arrow merge --output-prefix NEW {prefix}` writes a "
+        "copy with one, verify='none' reads it unverified"
     )
     if explicit:
         raise ChecksumError(crc_url, why)
