@@ -6,7 +6,8 @@ whether the loader checks the sample bytes it reads against the CRC32C prepare r
 Each may also come from an environment variable (ENERGON_ARROW_RETRIES, ENERGON_ARROW_RETRY_DEADLINE_S,
 ENERGON_ARROW_CONNECT_TIMEOUT, ENERGON_ARROW_READ_TIMEOUT, ENERGON_ARROW_UPLOAD_CHECKSUM, ENERGON_ARROW_VERIFY); a
 storage option wins over the variable. Defaults: 4 retries (5 attempts, about 2 s of backoff), no deadline, s3fs's
-timeouts (5 s to connect, 15 s without a byte), `upload_checksum="md5"`, `verify="none"` (token datasets: see tokens/checksums.py).
+timeouts (5 s to connect, 15 s without a byte), `upload_checksum="md5"`, `verify="none"` (remote token datasets:
+"crc", tokens/checksums.py).
 """
 
 from __future__ import annotations
