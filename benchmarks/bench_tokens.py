@@ -318,7 +318,8 @@ def bench_s3(args, prefix: str) -> list[Comparison]:
         bucket = server.create_bucket("bench-tokens")
         opts = server.storage_options
         client = server.client()
-        for ext in (".bin", ".idx"):  # no side file: megatron's reader and ours both unverified (see s3verify)
+        # no side file: megatron's reader and ours both unverified (verify costs: s3verify)
+        for ext in (".bin", ".idx"):
             client.upload_file(prefix + ext, bucket, f"data/tokens{ext}")
         url = f"s3://{bucket}/data/tokens"
         local = IndexedTokens(prefix)

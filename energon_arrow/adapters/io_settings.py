@@ -45,7 +45,7 @@ class IoSettings:
     read_timeout: float | None = None
     upload_checksum: str = "md5"
     verify: str = "none"
-    verify_from: str = "default"  # where `verify` came from: "option" (storage option), "environment", "default"
+    verify_from: str = "default"  # where `verify` came from: "option", "environment" or "default"
 
     def retry_policy(self, base: RetryPolicy | None) -> RetryPolicy:
         """`base` (or the default policy) with the retry budget these settings give."""
