@@ -10,6 +10,11 @@
   `IndexedDataset(mmap=False, object_storage_config=S3Config(...))` with `get()` per piece (what GPTDataset does).
   Megatron reads 256 MiB blocks, so it runs on a subset of the same samples (MEGATRON_S3_SAMPLES) and its
   throughput is samples/s over that subset. Target 10x throughput; bytes fetched <= 2x bytes needed.
+- s3verify: the cost of `verify="crc"` (tokens/checksums.py) on SeaweedFS: every document of the written file in
+  file order (`get_many` per VERIFY_DOC_BATCH documents), and the s3 part's random GPT samples; ours: verified,
+  reference: `verify="none"`, same reads. The ratio is the verified throughput over the unverified one (issue 27:
+  on by default for remote reads when the cost is under 10%, a ratio >= 0.9). Verified reads fetch whole 64 KiB
+  chunks: the notes give the bytes fetched against the unverified reads'.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ S3_SAMPLES = 10_000
 S3_BATCH = 64
 MEGATRON_S3_SAMPLES = 40
 PREPROCESS_DOCS = 40_000
+VERIFY_DOC_BATCH = 4096
 
 
 def _megatron():
@@ -43,7 +49,7 @@ def _megatron():
 
 
 def _remove(prefix: str) -> None:
-    for ext in (".bin", ".idx"):
+    for ext in (".bin", ".idx", ".crc"):
         if os.path.exists(prefix + ext):
             os.remove(prefix + ext)
 
@@ -312,6 +318,7 @@ def bench_s3(args, prefix: str) -> list[Comparison]:
         bucket = server.create_bucket("bench-tokens")
         opts = server.storage_options
         client = server.client()
+        # no side file: megatron's reader and ours both unverified (verify costs: s3verify)
         for ext in (".bin", ".idx"):
             client.upload_file(prefix + ext, bucket, f"data/tokens{ext}")
         url = f"s3://{bucket}/data/tokens"
@@ -394,17 +401,84 @@ def bench_s3(args, prefix: str) -> list[Comparison]:
             os.environ.pop(key, None)
 
 
+def bench_s3_verify(args, prefix: str) -> list[Comparison]:
+    from energon_arrow.testing.seaweedfs import start_seaweedfs
+    from energon_arrow.tokens.indexed import IndexedTokens
+
+    server = start_seaweedfs()
+    try:
+        bucket = server.create_bucket("bench-verify")
+        client = server.client()
+        for ext in (".bin", ".idx", ".crc"):
+            client.upload_file(prefix + ext, bucket, f"data/tokens{ext}")
+        url, opts = f"s3://{bucket}/data/tokens", server.storage_options
+        local = IndexedTokens(prefix)
+        n = S3_SAMPLES // (10 if args.quick else 1)
+        samples = gpt_samples(np.asarray(local.sequence_lengths, np.int64), n)
+        docs = local.num_documents
+        stats: dict[str, dict] = {}
+
+        def reader(mode: str, what: str):
+            def run():
+                ds = IndexedTokens(url, opts, verify=mode)
+                t0 = time.perf_counter()
+                if what == "documents":
+                    for a in range(0, docs, VERIFY_DOC_BATCH):
+                        ds.get_many(np.arange(a, min(docs, a + VERIFY_DOC_BATCH)))
+                    count = docs
+                else:
+                    for a in range(0, n, S3_BATCH):
+                        batch = samples[a : a + S3_BATCH]
+                        ds.get_many(*(np.concatenate([s[k] for s in batch]) for k in range(3)))
+                    count = n
+                dt = time.perf_counter() - t0
+                stats[f"{what}_{mode}"] = ds.io_stats()
+                return count / dt
+
+            return run
+
+        out = []
+        for what, unit, label in (
+            (
+                "documents",
+                "documents/s",
+                f"every document in file order ({docs:,}, {local.bin_size >> 20} MiB)",
+            ),
+            ("samples", "samples/s", f"{n:,} random GPT samples of {SAMPLE_TOKENS} tokens"),
+        ):
+            o, r = alternate(reader("crc", what), reader("none", what), 3 if args.quick else 7)
+            fetched = stats[f"{what}_crc"]["bytes_fetched"] / max(1, stats[f"{what}_none"]["bytes_fetched"])
+            out.append(
+                Comparison(
+                    f"S3 verify='crc' vs 'none', {label} (SeaweedFS)",
+                    unit,
+                    o,
+                    r,
+                    target=0.9,
+                    notes={
+                        "bytes_fetched_crc_over_none": round(fetched, 3),
+                        "requests": stats[f"{what}_crc"],
+                    },
+                )
+            )
+        return out
+    finally:
+        server.stop()
+
+
 def run(args) -> list[Comparison]:
     os.makedirs(DATA, exist_ok=True)
-    parts = os.environ.get("BENCH_TOKENS_PARTS", "write,s3,preprocess,merge").split(",")  # rerun one part
+    parts = os.environ.get("BENCH_TOKENS_PARTS", "write,s3,s3verify,preprocess,merge").split(",")  # one part
     comparisons = []
-    if "write" in parts or "s3" in parts:
+    if {"write", "s3", "s3verify"} & set(parts):
         n_docs = 100_000 if args.quick else 1_000_000
         tokens, lengths = make_tokens(n_docs, 200)
         comparisons.append(bench_write(args, tokens, lengths))
         del tokens
     if "s3" in parts:
         comparisons += bench_s3(args, os.path.join(DATA, "w_ours"))
+    if "s3verify" in parts:
+        comparisons += bench_s3_verify(args, os.path.join(DATA, "w_ours"))
     if "preprocess" in parts:
         comparisons.append(bench_preprocess(args))
     if "merge" in parts:

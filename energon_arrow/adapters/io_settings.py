@@ -6,7 +6,8 @@ whether the loader checks the sample bytes it reads against the CRC32C prepare r
 Each may also come from an environment variable (ENERGON_ARROW_RETRIES, ENERGON_ARROW_RETRY_DEADLINE_S,
 ENERGON_ARROW_CONNECT_TIMEOUT, ENERGON_ARROW_READ_TIMEOUT, ENERGON_ARROW_UPLOAD_CHECKSUM, ENERGON_ARROW_VERIFY); a
 storage option wins over the variable. Defaults: 4 retries (5 attempts, about 2 s of backoff), no deadline, s3fs's
-timeouts (5 s to connect, 15 s without a byte), `upload_checksum="md5"`, `verify="none"`.
+timeouts (5 s to connect, 15 s without a byte), `upload_checksum="md5"`, `verify="none"` (remote token datasets:
+"crc", tokens/checksums.py).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class IoSettings:
     read_timeout: float | None = None
     upload_checksum: str = "md5"
     verify: str = "none"
-    verify_given: bool = False  # `verify` is a storage option (else the default or ENERGON_ARROW_VERIFY)
+    verify_from: str = "default"  # where `verify` came from: "option", "environment" or "default"
 
     def retry_policy(self, base: RetryPolicy | None) -> RetryPolicy:
         """`base` (or the default policy) with the retry budget these settings give."""
@@ -74,7 +75,11 @@ def pop_io_settings(raw: dict[str, Any], url: str, protocol: str, explicit_retry
             if protocol != "s3" and name in _REMOTE_ONLY:
                 continue
             values[name] = _parse(name, os.environ[variable], url, f"environment variable {variable}")
-    settings = IoSettings(**values, verify_given="verify" in given)
+    if "verify" in given:
+        values["verify_from"] = "option"
+    elif "verify" in values:
+        values["verify_from"] = "environment"
+    settings = IoSettings(**values)
     if protocol == "s3":
         _pass_to_botocore(raw, settings, url)
     return settings

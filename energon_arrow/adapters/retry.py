@@ -56,6 +56,25 @@ class RetryPolicy:
         return f"gave up after {failed} attempts in {time.monotonic() - started:.1f} s (retry_deadline_s={self.deadline_s:g})"
 
 
+def reread_attempts(storage):
+    """Pauses between the reads of bytes that do not match their recorded digest or checksum (yields the
+    number of failed reads so far): the storage's retry policy (remote), one more
+    read without a pause (local files are not damaged on their way)."""
+    started, failed = time.monotonic(), 0
+    while True:
+        failed += 1
+        if storage.is_local:
+            if failed >= 2:
+                return
+            yield failed
+            continue
+        pause = storage.retry.pause_after(failed, started)
+        if pause is None:
+            return
+        time.sleep(pause)
+        yield failed
+
+
 NO_RETRY = RetryPolicy(attempts=1)
 
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 from dataclasses import dataclass
 
 from energon_arrow.adapters import NotFound, StorageError
+from energon_arrow.adapters.retry import reread_attempts
 from energon_arrow.meta.constants import META_DIR
 
 log = logging.getLogger(__name__)
@@ -115,24 +115,6 @@ def parse_manifest(data: bytes) -> Manifest | None:
         return None
 
 
-def _attempts(storage):
-    """Pauses between the reads of a file that does not match: the storage's retry policy (remote), one more
-    read without a pause (local files are not damaged on their way)."""
-    started, failed = time.monotonic(), 0
-    while True:
-        failed += 1
-        if storage.is_local:
-            if failed >= 2:
-                return
-            yield failed
-            continue
-        pause = storage.retry.pause_after(failed, started)
-        if pause is None:
-            return
-        time.sleep(pause)
-        yield failed
-
-
 def manifest_of(storage) -> Manifest | None:
     """The dataset's manifest, read once per Storage object; None when there is none (prepared by energon or an
     earlier version). One that does not check (a damaged response) is read again; one that never does is an
@@ -148,7 +130,7 @@ def manifest_of(storage) -> Manifest | None:
     manifest = parse_manifest(data)
     reads = 1
     if manifest is None:
-        for _ in _attempts(storage):
+        for _ in reread_attempts(storage):
             reads += 1
             manifest = parse_manifest(storage.read_bytes(MANIFEST_REL))
             if manifest is not None:
@@ -198,7 +180,7 @@ def read_verified(storage, rel: str, read=None):
     if got is None:
         return data
     reads = 1
-    for _ in _attempts(storage):
+    for _ in reread_attempts(storage):
         again = read()
         reads += 1
         if editable and again == data:
@@ -219,7 +201,7 @@ def download_verified(storage, rel: str, path: str) -> None:
     """Stream `rel` into the local file `path` (never whole in memory), hashing it on the way; when the manifest
     lists it, a download that does not match is done again (the storage's retry budget), then an IntegrityError."""
     expected, editable = _recorded(storage, rel)
-    reads, attempts = 0, _attempts(storage)
+    reads, attempts = 0, reread_attempts(storage)
     while True:
         digest, size = hashlib.sha256(), 0
         with open(path, "wb") as f:

@@ -4,7 +4,9 @@ IndexedDatasetBuilder for the same inputs, with bounded memory and vectorised bu
 Token bytes stream straight to the output (.bin); the per-sequence index arrays go to spools that spill to a
 temporary folder, so neither millions of documents nor a merge of thousands of parts need memory in
 proportion to their documents. On `finalize` the .idx is written completely first, then the .bin is published,
-then the .idx: an interrupted run never leaves a pair that looks complete.
+then the .idx: an interrupted run never leaves a pair that looks complete. The checksum side file (`.crc`,
+tokens/checksums.py) is computed as the bytes are written, written before anything is published and published
+last; a stale one is removed before the new .bin appears.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from energon_arrow.adapters.publish import private_mkdtemp
+from energon_arrow.tokens.checksums import ChunkCrcs, StreamCrc, write_side_file
 from energon_arrow.tokens.idx_format import IndexFormatError, dtype_code, pack_header, sequence_pointers
 from energon_arrow.tokens.indexed import IndexedTokens, split_prefix
 from energon_arrow.tokens.sink import Sink
@@ -49,7 +52,7 @@ class TokenWriter:
         self.multimodal = bool(multimodal)
         self.check_range = check_range
         self.storage, stem = split_prefix(prefix, storage_options)
-        self.bin_name, self.idx_name = stem + ".bin", stem + ".idx"
+        self.bin_name, self.idx_name, self.crc_name = stem + ".bin", stem + ".idx", stem + ".crc"
         self._tmpdir = private_mkdtemp("ea-tokens-", spool_dir)
         mem = spool_memory_bytes
         self._lengths = ArraySpool(np.int32, f"{self._tmpdir}/lengths", mem)
@@ -63,7 +66,8 @@ class TokenWriter:
         self._documents = 0
         self._tokens = 0
         self._closed = False
-        self._bin = Sink(self.storage, self.bin_name)
+        self._crcs = ChunkCrcs(ArraySpool(np.uint32, f"{self._tmpdir}/crcs", 1 << 20))
+        self._bin = Sink(self.storage, self.bin_name, self._crcs.update)
 
     # ---- context ------------------------------------------------------------------------------------------
     def __enter__(self) -> TokenWriter:
@@ -297,15 +301,23 @@ class TokenWriter:
             raise ValueError(f"finalize: {idx_path} is not this writer's index {self.idx_url}")
         self._check_no_open_items("finalize")
         self._flush_lists()
-        idx = Sink(self.storage, self.idx_name)
+        idx_crc = StreamCrc()
+        idx = Sink(self.storage, self.idx_name, idx_crc.update)
+        side = None
         try:
             self._write_index(idx)
-            if self.storage.exists(self.idx_name):
-                self.storage.remove(self.idx_name)  # never pair the new .bin with a stale .idx
+            side = Sink(self.storage, self.crc_name)
+            write_side_file(side, self._crcs, idx_crc)
+            for stale in (self.idx_name, self.crc_name):  # never pair the new .bin with a stale .idx or .crc
+                if self.storage.exists(stale):
+                    self.storage.remove(stale)
             self._bin.publish()
             idx.publish()
+            side.publish()
         except BaseException:
             idx.discard()
+            if side is not None:
+                side.discard()
             self.abort()
             raise
         self._closed = True
@@ -346,7 +358,7 @@ class TokenWriter:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        for spool in (self._lengths, self._doc_ends, self._modes):
+        for spool in (self._lengths, self._doc_ends, self._modes, self._crcs.spool):
             if spool is not None:
                 spool.close()
         shutil.rmtree(self._tmpdir, ignore_errors=True)

@@ -3,6 +3,10 @@
 Local files are memory-mapped (zero-copy numpy views). Remote prefixes download the .idx once (optionally into
 a local disk cache keyed by the object's identity) and read only the needed byte ranges of the .bin through a
 bounded cache (see tokens.remote). Everything is validated at open time.
+
+`verify="crc"` (tokens/checksums.py; docs/tokens.md, "Checksums"): with the side file `PREFIX.crc` the .idx is
+checked when it is read; remote .bin bytes are checked chunk by chunk as they are fetched (read again on a
+mismatch); local ones the first time a read (`get`, `get_many`, `[]`) touches their chunk.
 """
 
 from __future__ import annotations
@@ -17,6 +21,15 @@ from numpy.lib.stride_tricks import as_strided
 
 from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.adapters.errors import classify
+from energon_arrow.tokens.checksums import (
+    LocalChunks,
+    check_idx,
+    idx_matches,
+    no_side_file,
+    read_idx,
+    read_side_file,
+    resolve_verify,
+)
 from energon_arrow.tokens.idx_format import (
     HEADER_SIZE,
     IdxHeader,
@@ -68,6 +81,8 @@ class IndexedTokens:
 
     `multimodal=None` detects sequence modes from the .idx size; True/False insists. Remote reads use a cache
     of `cache_bytes` and extend each miss to `readahead_bytes`; `idx_cache_dir` keeps downloaded .idx files.
+    `verify`: "crc" or "none" (default: the storage option `verify` / ENERGON_ARROW_VERIFY, else "crc" for
+    remote datasets with a checksum side file, "none" for local ones; see the module docstring).
     """
 
     def __init__(
@@ -80,20 +95,30 @@ class IndexedTokens:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         readahead_bytes: int = 0,
         idx_cache_dir: str | os.PathLike | None = None,
+        verify: str | None = None,
     ):
         self.path_prefix = os.fspath(prefix)
         self._options = dict(storage_options or {})
-        self._settings = (multimodal, cache_bytes, readahead_bytes, idx_cache_dir)
+        self._settings = (multimodal, cache_bytes, readahead_bytes, idx_cache_dir, verify)
         self._open(validate)
 
     # ---- opening ------------------------------------------------------------------------------------------
     def _open(self, validate: bool) -> None:
-        multimodal, cache_bytes, readahead_bytes, idx_cache_dir = self._settings
+        multimodal, cache_bytes, readahead_bytes, idx_cache_dir, verify = self._settings
         storage, stem = split_prefix(self.path_prefix, self._options)
         self.storage = storage
         self.idx_name, self.bin_name = stem + ".idx", stem + ".bin"
         self.idx_url, self.bin_url = storage.url_of(self.idx_name), storage.url_of(self.bin_name)
-        raw = self._load_idx(idx_cache_dir)
+        self.bin_size = bin_size = storage.stat(self.bin_name).size
+        side = None  # the checksum side file, when verifying
+        verifying, explicit = resolve_verify(storage, verify, not storage.is_local)
+        if verifying:
+            side = read_side_file(storage, stem + ".crc")
+            if side is None:
+                from_env = storage.io_settings.verify_from == "environment" and verify is None
+                no_side_file(storage.url_of(stem + ".crc"), storage.url_of(stem), explicit, from_env)
+        self.checksums = side
+        raw = self._load_idx(idx_cache_dir, side)
         header = parse_header(bytes(raw[:HEADER_SIZE]), self.idx_url)
         self.header: IdxHeader = header
         self.multimodal = detect_multimodal(header, raw.size, multimodal, self.idx_url)
@@ -105,8 +130,6 @@ class IndexedTokens:
         self.sequence_modes = (
             raw[header.modes_offset : header.modes_offset + s].view(np.int8) if self.multimodal else None
         )
-        bin_size = storage.stat(self.bin_name).size
-        self.bin_size = bin_size
         if validate:
             self._validate(raw, header)
         if storage.is_local:
@@ -116,9 +139,12 @@ class IndexedTokens:
                 storage.mmap(self.bin_name, self.dtype, 0, bin_size // self.dtype.itemsize)
             )
             self._remote = None
+            self._local_check = (
+                None if side is None else LocalChunks(side, self._tokens.view(np.uint8), self.bin_url)
+            )
         else:
-            self._tokens = None
-            self._remote = RangeCache(storage, self.bin_name, bin_size, cache_bytes, readahead_bytes)
+            self._tokens = self._local_check = None
+            self._remote = RangeCache(storage, self.bin_name, bin_size, cache_bytes, readahead_bytes, side)
 
     def _validate(self, raw: np.ndarray, header: IdxHeader) -> None:
         """Check the .idx arrays window by window: local files are read with pread into two small reused
@@ -158,17 +184,25 @@ class IndexedTokens:
         finally:
             os.close(fd)
 
-    def _load_idx(self, idx_cache_dir) -> np.ndarray:
+    def _load_idx(self, idx_cache_dir, side) -> np.ndarray:
+        """The .idx bytes, checked against the side file `side` when given (a local cached copy that does not
+        match is downloaded again: only checked bytes are cached)."""
         storage = self.storage
         if storage.is_local:
-            return np.asarray(storage.mmap(self.idx_name, np.uint8))
+            raw = np.asarray(storage.mmap(self.idx_name, np.uint8))
+            if side is not None:
+                check_idx(side, raw, self.bin_size, self.idx_url)
+            return raw
         if idx_cache_dir is None:
-            return np.frombuffer(storage.read_bytes(self.idx_name), np.uint8)
+            return np.frombuffer(read_idx(storage, self.idx_name, side, self.bin_size), np.uint8)
         info = storage.stat(self.idx_name)
         key = hashlib.sha256(f"{self.idx_url}\n{info.identity}".encode()).hexdigest()[:24]
         cache, name = open_storage(os.fspath(idx_cache_dir)), f"{key}-{self.idx_name}"
-        if not cache.exists(name):
-            cache.write_atomic(name, storage.read_bytes(self.idx_name))
+        if cache.exists(name):
+            raw = np.asarray(cache.mmap(name))
+            if side is None or idx_matches(side, raw):
+                return raw
+        cache.write_atomic(name, read_idx(storage, self.idx_name, side, self.bin_size))
         return np.asarray(cache.mmap(name))
 
     def __getstate__(self):
@@ -250,6 +284,9 @@ class IndexedTokens:
             )
         if self._tokens is not None:
             start = int(self.sequence_pointers[i]) // self.dtype.itemsize + offset
+            if self._local_check is not None:
+                at = np.array([start * self.dtype.itemsize])
+                self._local_check.check(at, at + length * self.dtype.itemsize)
             out = self._tokens[start : start + length]
         else:
             out = self.get_many(np.array([i]), np.array([offset]), np.array([length]))
@@ -257,7 +294,8 @@ class IndexedTokens:
 
     @property
     def local_tokens(self) -> np.ndarray | None:
-        """The whole .bin as a read-only memory-mapped array of `dtype` (local datasets; None for remote ones)."""
+        """The whole .bin as a read-only memory-mapped array of `dtype` (local datasets; None for remote ones).
+        Reads through it are not checked against the side file, whatever `verify` says."""
         return self._tokens
 
     def get_many(self, seq_ids, offsets=None, lengths=None, out: np.ndarray | None = None) -> np.ndarray:
@@ -295,6 +333,9 @@ class IndexedTokens:
         dest = np.zeros(ids.size, np.int64)
         np.cumsum(lens[:-1], out=dest[1:])
         if self._tokens is not None:
+            if self._local_check is not None:
+                size = self.dtype.itemsize
+                self._local_check.check(starts * size, (starts + lens) * size)
             _gather_local(self._tokens, starts, lens, dest, out)
         else:
             size = self.dtype.itemsize

@@ -9,14 +9,24 @@ Sequential reads (calls whose first miss starts where the previous fetch ended, 
 file order) switch to windows: from the second such miss in a row the read-ahead doubles from SEQUENTIAL_MIN up
 to SEQUENTIAL_MAX (at most a quarter of the cache), and it drops back to `readahead_bytes` at the first jump, so
 random orders still fetch only the bytes asked for.
+
+With a checksum side file (`side`, tokens/checksums.py) every fetch is widened to whole chunks and each chunk is
+checked before any byte is copied out or cached (the cache holds verified bytes only); extents with a mismatch
+are fetched again (the storage's retry policy), then ChecksumError names the chunk.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 from collections import OrderedDict
 
 import numpy as np
+
+from energon_arrow.adapters.retry import reread_attempts
+from energon_arrow.tokens.checksums import bad_chunk, chunk_mismatch
+
+log = logging.getLogger(__name__)
 
 SEQUENTIAL_MIN = 1 << 20  # first read-ahead window once reads are seen to be sequential
 SEQUENTIAL_MAX = 16 << 20
@@ -40,12 +50,15 @@ def next_readahead(
 class RangeCache:
     """Serve byte ranges of `rel` in `storage` (a remote Storage) into caller buffers."""
 
-    def __init__(self, storage, rel: str, file_size: int, capacity_bytes: int, readahead_bytes: int = 0):
+    def __init__(
+        self, storage, rel: str, file_size: int, capacity_bytes: int, readahead_bytes: int = 0, side=None
+    ):
         if capacity_bytes < 0 or readahead_bytes < 0:
             raise ValueError("cache capacity and readahead must be non-negative")
         self.storage = storage.child("")  # a private copy: exact extents, never widened by gap coalescing
         self.storage.range_gap = 0
         self.rel = rel
+        self.side = side  # checksums.SideFile: chunks checked as fetched (None: unverified)
         self.file_size = int(file_size)
         self.capacity_bytes = int(capacity_bytes)
         self.readahead_bytes = int(readahead_bytes)
@@ -127,16 +140,50 @@ class RangeCache:
         self._readahead, self._streak = next_readahead(
             self._readahead, self._streak, self._last_end, int(ms.min()), self.readahead_bytes, maximum
         )
-        ext_s, ext_e = merge_extents(ms, me, self._readahead, self.file_size)
+        readahead = self._readahead
+        if self.side is not None:  # whole chunks
+            chunk = self.side.chunk
+            ext_s, ext_e = ms // chunk * chunk, np.minimum(-(-me // chunk) * chunk, self.file_size)
+            readahead = -(-readahead // chunk) * chunk
+        else:
+            ext_s, ext_e = ms, me
+        ext_s, ext_e = merge_extents(ext_s, ext_e, readahead, self.file_size)
         self._last_end = int(ext_e.max())
-        fetched = self.storage.read_ranges(self.rel, ext_s, ext_e - ext_s)
-        self.requests += ext_s.size
-        self.bytes_fetched += int((ext_e - ext_s).sum())
+        fetched = self._read(ext_s, ext_e - ext_s)
         which = np.searchsorted(ext_s, ms, side="right") - 1
         for s, e, w, o in zip(ms.tolist(), me.tolist(), which.tolist(), out_offsets[misses].tolist()):
             out[o : o + e - s] = np.frombuffer(fetched[w], np.uint8, e - s, s - int(ext_s[w]))
         for s, view in zip(ext_s.tolist(), fetched):
             self._insert(s, bytes(view))
+
+    def _read(self, starts: np.ndarray, sizes: np.ndarray) -> list:
+        """The extents [starts[i], starts[i]+sizes[i]), each checked against the side file when there is one."""
+        fetched = list(self.storage.read_ranges(self.rel, starts, sizes))
+        self.requests += starts.size
+        self.bytes_fetched += int(sizes.sum())
+        if self.side is None:
+            return fetched
+        bad = {i: k for i, b in enumerate(fetched) if (k := bad_chunk(self.side, b, int(starts[i]))) >= 0}
+        reads = 1
+        if not bad:
+            return fetched
+        url = self.storage.url_of(self.rel)
+        for _ in reread_attempts(self.storage):
+            log.warning(
+                "%s: %d fetched extent(s) did not match their CRC32C; reading them again", url, len(bad)
+            )
+            again = np.array(sorted(bad), np.int64)
+            for i, b in zip(again.tolist(), self.storage.read_ranges(self.rel, starts[again], sizes[again])):
+                fetched[i] = b
+            self.requests += again.size
+            self.bytes_fetched += int(sizes[again].sum())
+            reads += 1
+            bad = {
+                i: k for i in again.tolist() if (k := bad_chunk(self.side, fetched[i], int(starts[i]))) >= 0
+            }
+            if not bad:
+                return fetched
+        raise chunk_mismatch(self.side, url, min(bad.values()), reads)
 
 
 def merge_extents(starts: np.ndarray, ends: np.ndarray, readahead: int, limit: int):

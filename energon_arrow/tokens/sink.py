@@ -18,10 +18,12 @@ REMOTE_PART = 16 * 1024 * 1024
 
 
 class Sink:
-    """Write bytes to `rel` of `storage`; `publish()` makes the file appear, `discard()` leaves no trace."""
+    """Write bytes to `rel` of `storage`; `publish()` makes the file appear, `discard()` leaves no trace.
+    `on_write(data)` sees every piece written (the checksums of tokens/checksums.py)."""
 
-    def __init__(self, storage, rel: str):
+    def __init__(self, storage, rel: str, on_write=None):
         self.storage = storage
+        self.on_write = on_write
         self.rel = rel
         self.url = storage.url_of(rel)
         self.bytes_written = 0
@@ -48,6 +50,8 @@ class Sink:
             self._file.write(data)
         except OSError as exc:
             raise classify(exc, self.url) from None
+        if self.on_write is not None:
+            self.on_write(data)
 
     def publish(self) -> None:
         if self._done:

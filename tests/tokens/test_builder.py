@@ -48,7 +48,7 @@ def test_round_trip_on_every_backend(any_storage):
     assert any_storage.read_bytes("sub/out.bin") == data
     assert any_storage.read_bytes("sub/out.idx") == idx
     assert_matches(IndexedTokens(prefix, any_storage.storage_options), docs)
-    assert sorted(any_storage.list_files("sub/*")) == ["sub/out.bin", "sub/out.idx"]
+    assert sorted(any_storage.list_files("sub/*")) == ["sub/out.bin", "sub/out.crc", "sub/out.idx"]
 
 
 def test_spilled_spools_give_the_same_bytes(tmp_path):
@@ -74,12 +74,12 @@ def test_exception_leaves_previous_pair_untouched(any_storage):
     prefix = any_storage.url_of("keep")
     opts = any_storage.storage_options
     write_docs(prefix, [[np.array([1, 2, 3])]], options=opts)
-    before = any_storage.read_bytes("keep.bin"), any_storage.read_bytes("keep.idx")
+    before = [any_storage.read_bytes(f"keep.{e}") for e in ("bin", "crc", "idx")]
     with pytest.raises(RuntimeError, match="boom"), TokenWriter(prefix, np.uint16, storage_options=opts) as w:
         w.add_document(np.arange(100))
         raise RuntimeError("boom")
-    assert (any_storage.read_bytes("keep.bin"), any_storage.read_bytes("keep.idx")) == before
-    assert sorted(any_storage.list_files("*")) == ["keep.bin", "keep.idx"]
+    assert [any_storage.read_bytes(f"keep.{e}") for e in ("bin", "crc", "idx")] == before
+    assert sorted(any_storage.list_files("*")) == ["keep.bin", "keep.crc", "keep.idx"]
 
 
 def test_abort_leaves_nothing(any_storage):

@@ -82,7 +82,7 @@ def test_ranks_give_the_single_process_output(tmp_path, world, single_run):
     assert "documents" in ranks[0][1] and all(out == "" for _, out, _ in ranks[1:])  # only rank 0 reports
     assert _outputs(dist_prefix) == single
     assert sorted(os.listdir(tmp_path / "out")) == [
-        f"dist_text_document.{e}" for e in ("bin", "idx")
+        f"dist_text_document.{e}" for e in ("bin", "crc", "idx")
     ]  # the ranks' parts are gone
 
 
