@@ -14,6 +14,7 @@ import pytest
 import energon_arrow as ea
 from energon_arrow.energon.worker_slices import WorkerSchedule
 from energon_arrow.loader.errors import LoaderError
+from tests.energon.test_packing import take
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -78,14 +79,6 @@ def loader(root, te, workers=0, rank=0, world=1, **kw):
 
 def packing(root, workers=0, **kw):
     return loader(root, PackTE(), workers, batch_size=2, packing_buffer_size=6, **kw)
-
-
-def take(ld, n):
-    it = iter(ld)
-    try:
-        return [next(it) for _ in range(n)]
-    finally:
-        it.close()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
