@@ -60,7 +60,7 @@ def webdataset_config(
         "shuffle_over_epochs": shuffle_over_epochs,
         "parallel_shard_iters": parallel_shard_iters,
         "max_samples_per_sequence": max_samples_per_sequence,
-        "subset": None,
+        "subset": source.subset_config,
         "subflavors": {**(source.config.subflavors or {}), **(source.subflavors or {})}
         if subflavors is None
         else subflavors,
@@ -81,7 +81,7 @@ def factory_config(source: SplitSource, training: bool, decoder: Any, **options)
             "jsonl_filename": source.shard_paths[0].rsplit("/", 1)[-1],
             "count": len(source),
             **options,
-            "subset": None,
+            "subset": source.subset_config,
             "subflavors": source.subflavors,
         }
     if kind == "JoinedWebdatasetFactory":

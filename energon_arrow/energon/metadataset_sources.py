@@ -66,6 +66,7 @@ def open_leaf(leaf: Leaf, storage_options: dict | None = None) -> SplitSource:
         start, end = leaf.subset.bounds(len(src), src.name)
         if (start, end) != (0, len(src)):
             src = src.subset(start, end)
+        src.subset_config = leaf.subset.energon_config()
     if leaf.aux:
         src.aux = {name: open_file_store(ref, storage_options) for name, ref in leaf.aux.items()}
     return src

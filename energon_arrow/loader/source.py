@@ -62,6 +62,9 @@ class SplitSource:
     #: the split.yaml's `exclude` entries naming a sample (or a shard by its path), sorted (energon's
     #: `factory.sample_excludes`: the entries containing "/")
     sample_excludes: list[str] = field(default_factory=list)
+    #: the metadataset `subset:` this source was cut with, as energon's factories report it (`{"range": ...,
+    #: "absolute_range": ...}`, metadataset/subset.py `energon_config`); None: no subset
+    subset_config: dict | None = None
 
     def __len__(self) -> int:
         return len(self.shard_id)

@@ -33,6 +33,15 @@ class Subset:
         start, end = start + int(total * self.range[0]), start + int(total * self.range[1])
         return start, end
 
+    def energon_config(self) -> dict:
+        """energon's `DatasetSubset.config()` of this subset: an absolute range keeps energon's integer whole
+        relative range (0, 1) until a parent's relative range is merged into it."""
+        whole = self.absolute is not None and self.range == (0.0, 1.0)
+        return {
+            "range": (0, 1) if whole else tuple(self.range),
+            "absolute_range": None if self.absolute is None else tuple(self.absolute),
+        }
+
 
 def _bound(value, where: str) -> int | float | None:
     if isinstance(value, bool):

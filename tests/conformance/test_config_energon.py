@@ -31,6 +31,11 @@ def root(tmp_path_factory):
         head + "  train:\n    blend_epochized:\n      - {repetitions: 2, path: ds1}\n"
         "      - {repetitions: 0.5, path: ds2}\n"
     )
+    (base / "subset.yaml").write_text(
+        head + "  train:\n    blend:\n      - {weight: 2, path: ds1, subset: {range: [10%, 70%]}}\n"
+        "      - {weight: 1, path: ds2, subset: {range: [3, end]}}\n"
+        "      - {weight: 1, path: ds2, subset: {range: [2, 20]}}\n"
+    )
     return base
 
 
@@ -76,6 +81,9 @@ CASES = {
             r / "blend.yaml", worker_config=_wc(mod), batch_size=5, parallel_shard_iters=2,
             shuffle_over_epochs_multiplier=2, **_TRAIN,
         )
+    ),
+    "subset_blend_3_workers": lambda mod, r: mod.get_savable_loader(
+        mod.get_train_dataset(r / "subset.yaml", worker_config=_wc(mod, 3), batch_size=4, **_TRAIN)
     ),
     "plain_buffer_2_workers": lambda mod, r: mod.get_savable_loader(
         mod.get_train_dataset(

@@ -32,6 +32,7 @@ def root(tmp_path_factory):
     (base / "subset.yaml").write_text(
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
         "      - weight: 2\n        path: a\n        subset: {range: [0%, 40%]}\n      - weight: 1\n        path: b\n"
+        "      - weight: 1\n        path: b\n        subset: {range: [5, 40]}\n"
     )
     return base
 
