@@ -387,7 +387,17 @@ class ShuffleBuffer:
         words = self.words.peek(n).tolist()
         buf, size, out = self.buf, self.size, []
         while len(out) < n:
-            if len(buf) >= size or (self.ended and buf):
+            if len(buf) >= size and self.pos < len(self.incoming):
+                # steady state: each output pops a random item and the next incoming item takes its place (energon
+                # pushes the last of these at its next output: the same sequence)
+                k = min(n - len(out), len(self.incoming) - self.pos)
+                incoming, pos, done = self.incoming, self.pos, len(out)
+                pop, push, emit = buf.pop, buf.append, out.append
+                for j in range(k):
+                    emit(pop(words[done + j] % size))
+                    push(incoming[pos + j])
+                self.pos += k
+            elif len(buf) >= size or (self.ended and buf):
                 out.append(buf.pop(words[len(out)] % len(buf)))
             elif self.ended:
                 break

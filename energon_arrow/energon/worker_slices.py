@@ -275,11 +275,17 @@ class WorkerIndex:
         self.schedule, self.workers = schedule, schedule.workers
         wc = worker_config
         self.seeds = [wc.worker_seed(w if wc.num_workers else None) for w in range(schedule.workers)]
+        self._key: tuple | None = None  # the batch (and schedule state) `_first` was computed for
+        self._first: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     def __call__(self, b: int, slot: int) -> tuple[int, int, int, int]:
-        w, i, pos = self.schedule.place(b, slot)
-        n = self.workers
-        return w, self.seeds[w], i * n + w, pos * n + w
+        schedule, n = self.schedule, self.workers
+        key = (b, id(schedule.starts), schedule.turn)  # a resumed schedule gets new starts
+        if key != self._key:  # once per batch: a slot's sample index is the first's plus slot * workers
+            w, i, pos = schedule.place(b, 0)
+            self._key, self._first = key, (w, self.seeds[w], i * n + w, pos * n + w)
+        w, seed, batch_index, first = self._first
+        return w, seed, batch_index, first + slot * n
 
 
 def finite_length(offsets: list[list[int]], over_epochs: list, repetitions: list[float] | None) -> int:
