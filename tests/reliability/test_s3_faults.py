@@ -12,19 +12,13 @@ import numpy as np
 import pytest
 
 from energon_arrow.testing.faultproxy import FaultProxy
-from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
+from energon_arrow.testing.s3_faults import TRANSIENT, prepare, through
 from energon_arrow.testing.synthetic import write_webdataset
 
 pytestmark = pytest.mark.s3
 
 RATE = 0.05
-THROTTLING = (
-    "SlowDown", "SlowDownRead", "SlowDownWrite", "ServiceUnavailable", "Throttling", "ThrottlingException",
-    "ThrottledException", "RequestThrottled", "RequestThrottledException", "TooManyRequestsException",
-    "ProvisionedThroughputExceededException", "RequestLimitExceeded", "BandwidthLimitExceeded",
-    "LimitExceededException", "EC2ThrottledException", "PriorRequestNotComplete", "TransactionInProgressException",
-)  # fmt: skip
-FAULTS = ("error500", "error429", "reset", "stall", "truncate", *(f"503:{code}" for code in THROTTLING))
+FAULTS = TRANSIENT
 FAULTED: dict[str, dict] = {}
 
 
@@ -42,15 +36,6 @@ def root(s3_server):
     return f"s3://{bucket}/{uuid.uuid4().hex[:12]}"
 
 
-def through(proxy) -> dict:
-    return {
-        "endpoint_url": proxy.endpoint_url,
-        "key": ACCESS_KEY,
-        "secret": SECRET_KEY,
-        "config_kwargs": {"read_timeout": 0.5, "connect_timeout": 2.0},
-    }
-
-
 class Faulty:
     """`with Faulty(proxy, "suite"):` faults RATE of the requests inside, and records how many."""
 
@@ -65,18 +50,6 @@ class Faulty:
         faulted = self.proxy.faulted()
         FAULTED[self.suite] = {"requests": self.proxy.count(), "faulted": sum(faulted.values()), **faulted}
         self.proxy.reset_counts()
-
-
-def prepare(url: str, options: dict) -> None:
-    from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
-    from energon_arrow.meta import field_map_dataset, parse_split_ratio
-
-    options_ = PrepareOptions(
-        split_ratio=parse_split_ratio("1,0,0"),
-        dataset_yaml=field_map_dataset("TextSample", {"text": "txt"}),
-        num_workers=2,
-    )
-    prepare_dataset(url, options_, options)
 
 
 def rows(url: str, options: dict):

@@ -5,17 +5,15 @@ loader epoch, while a shorter deadline ends in one clear error naming the URL, t
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
 
 import pytest
 
 from energon_arrow.adapters import StorageError, open_storage
-from energon_arrow.meta.manifest import MANIFEST_REL
 from energon_arrow.testing.faultproxy import FaultProxy
+from energon_arrow.testing.s3_faults import outage_after_first_request, prepare, published, through
 from energon_arrow.testing.synthetic import write_webdataset
-from tests.reliability.test_s3_faults import loader_keys, prepare, through
+from tests.reliability.test_s3_faults import loader_keys
 
 pytestmark = pytest.mark.s3
 
@@ -32,17 +30,6 @@ def proxy(s3_server):
 def root(s3_server):
     bucket = s3_server.create_bucket("ea-integrity")
     return f"s3://{bucket}/{uuid.uuid4().hex[:12]}"
-
-
-def published(url: str, options: dict) -> dict[str, bytes]:
-    """Every file of the dataset; the random index.uuid (also in the Parquet metadata) made the same."""
-    store = open_storage(url, options)
-    files = {f: store.read_bytes(f) for f in store.list_files("**/*")}
-    uuid_ = files[".nv-meta/index.uuid"]
-    manifest = json.loads(files[MANIFEST_REL])  # checks itself; the same but for index.uuid's digest
-    assert manifest.pop("self_sha256") and manifest["files"].pop(".nv-meta/index.uuid")
-    files[MANIFEST_REL] = json.dumps(manifest).encode()
-    return {f: data.replace(uuid_, b"<index.uuid>") for f, data in files.items()}
 
 
 @pytest.mark.parametrize("seed", [11, 12])
@@ -72,29 +59,10 @@ def test_prepare_with_damaged_uploads_writes_the_same_files(proxy, root, s3_serv
     assert published(root, direct) == reference
 
 
-def outage_after_first_request(proxy, seconds: float):
-    """Start an outage of `seconds` when the next request arrives (the client is then mid-operation)."""
-    proxy.reset_counts()
-    proxy.inject("slowdown")
-    started = {}
-
-    def begin():
-        while proxy.count() == 0:
-            time.sleep(0.005)
-        proxy.outage(seconds)
-        started["at"] = time.monotonic()
-
-    import threading
-
-    t = threading.Thread(target=begin, daemon=True)
-    t.start()
-    return t, started
-
-
 def test_prepare_waits_out_an_outage_shorter_than_the_deadline(proxy, root, s3_server):
     direct = s3_server.storage_options
     write_webdataset(root, shards=4, samples_per_shard=10, image_bytes=50, storage_options=direct)
-    thread, _ = outage_after_first_request(proxy, OUTAGE_S)
+    thread = outage_after_first_request(proxy, OUTAGE_S)
     prepare(root, {**through(proxy), "retry_deadline_s": OUTAGE_S * 4})
     thread.join()
     assert proxy.faulted().get("outage", 0) > 0
@@ -105,7 +73,7 @@ def test_prepare_waits_out_an_outage_shorter_than_the_deadline(proxy, root, s3_s
 def test_prepare_with_a_deadline_shorter_than_the_outage_is_a_clear_error(proxy, root, s3_server):
     direct = s3_server.storage_options
     write_webdataset(root, shards=2, samples_per_shard=5, image_bytes=50, storage_options=direct)
-    thread, _ = outage_after_first_request(proxy, OUTAGE_S * 3)
+    thread = outage_after_first_request(proxy, OUTAGE_S * 3)
     options = {**through(proxy), "retries": 1, "retry_deadline_s": 0.5}
     with pytest.raises(
         StorageError, match=r"s3://\S+: [A-Z]+: .*ServiceUnavailable.*gave up after \d+ attempts"
@@ -120,9 +88,39 @@ def test_a_loader_epoch_waits_out_an_outage(proxy, root, s3_server):
     write_webdataset(root, shards=6, samples_per_shard=10, image_bytes=50, storage_options=direct)
     prepare(root, direct)
     expected = loader_keys(root, direct, batches=6)
-    thread, _ = outage_after_first_request(proxy, OUTAGE_S)
+    thread = outage_after_first_request(proxy, OUTAGE_S)
     got = loader_keys(root, {**through(proxy), "retry_deadline_s": OUTAGE_S * 4}, batches=6)
     thread.join()
     assert proxy.faulted().get("outage", 0) > 0
     proxy.reset_counts()
     assert got == expected
+
+
+@pytest.mark.xfail(
+    strict=True, reason="a shard's ranged GETs carry no checksum: prepare records what it read"
+)
+def test_a_damaged_shard_read_during_prepare_is_not_published(proxy, root, s3_server):
+    """Found by the fault campaign (benchmarks/fault_campaign.py): a shard body damaged on its way to prepare (bits
+    flipped in payload bytes, the tar headers intact) is indexed as read, so the published parts.parquet records
+    CRC32Cs of the damaged bytes (shards.parquet, summary.parquet and the manifest differ too), and every later
+    `verify="crc"` read of those samples fails as if the shard were damaged on the store. Expected: the files of a
+    fault-free prepare, or a clear error."""
+    direct = s3_server.storage_options
+    write_webdataset(root, shards=2, samples_per_shard=4, image_bytes=20000, storage_options=direct)
+    prepare(root, direct)
+    reference = published(root, direct)
+    store = open_storage(root, direct)
+    for f in store.list_files("**/*"):
+        if not f.endswith(".tar"):
+            store.remove(f)
+    proxy.reset_counts()
+    proxy.inject_for("shard-000001.tar", "corrupt_response")
+    try:
+        prepare(root, through(proxy))
+    except Exception:  # noqa: BLE001 - a clear error is an acceptable outcome
+        return
+    finally:
+        faulted = proxy.faulted()
+        proxy.reset_counts()
+    assert faulted == {"corrupt_response": 1}
+    assert published(root, direct) == reference

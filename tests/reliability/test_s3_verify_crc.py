@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from energon_arrow.testing.faultproxy import FaultProxy
+from energon_arrow.testing.s3_faults import epoch, through
 from energon_arrow.testing.synthetic import write_webdataset
-from tests.reliability.test_s3_faults import through
 
 pytestmark = pytest.mark.s3
 
@@ -38,28 +38,6 @@ def dataset(s3_server):
     )
     prepare_dataset(root, options, direct)
     return root
-
-
-def epoch(url: str, options: dict, proxy=None, faults=None, verify=None, workers: int = 0) -> list:
-    """(keys, raw jpg bytes, captions) of every batch of one unshuffled pass; `faults` (rate, seed) are turned on
-    once the split is open, so that only the shard reads of the epoch meet them."""
-    from energon_arrow.loader import BatchDataset, Loader, LoaderSettings, open_split
-    from energon_arrow.samples.decoders import PartDecoder
-
-    src = open_split(url, "train", options)
-    settings = LoaderSettings(global_batch_size=16, seed=3, repeat=False, verify=verify)
-    ds = BatchDataset([src], settings, decoder=PartDecoder(raw=True))
-    if faults is not None:
-        proxy.reset_counts()
-        proxy.randomize(faults[0], ("corrupt_response",), seed=faults[1])
-    try:
-        return [
-            (list(b.__key__), [bytes(x) for x in b.image], list(b.caption))
-            for b in Loader(ds, num_workers=workers)
-        ]
-    finally:
-        if faults is not None:
-            proxy.randomize(0, ())
 
 
 @pytest.mark.parametrize(("seed", "workers"), [(31, 0), (32, 0), (33, 2)])
