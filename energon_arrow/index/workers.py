@@ -22,6 +22,7 @@ from energon_arrow.adapters.errors import classify
 from energon_arrow.adapters.publish import put_objects
 from energon_arrow.index.fingerprint import fingerprint_of_bytes, read_fingerprints
 from energon_arrow.index.resume import WorkFolder
+from energon_arrow.index.shard_read import read_whole_checked
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_bytes, index_shard, reads_whole
 from energon_arrow.tar.samples import ShardIndex
@@ -33,7 +34,7 @@ def index_one(
     data = None
     try:
         if reads_whole(storage, size):  # one GET; the fingerprint's windows come from the same bytes
-            data = storage.read_range(rel, 0, size)
+            data = read_whole_checked(storage, rel, size)
             result = index_bytes(data, storage.url_of(rel))
         else:
             result = index_shard(storage, rel, size)

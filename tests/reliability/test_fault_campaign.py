@@ -1,8 +1,8 @@
 """The seeded fault campaign (benchmarks/fault_campaign.py) in its `--quick` form with 2 seeds, so that the script
 keeps working: it starts its own SeaweedFS, runs every scenario through the FaultProxy in both corruption
-directions, writes its JSON and survives the (short) outage. A prepare that reads a damaged shard body can publish
-a wrong side index (docs/reliability.md, Seeded campaign; `test_s3_integrity.py::
-test_a_damaged_shard_read_during_prepare_is_not_published`), so wrong results are asserted 0 for the reads only."""
+directions, writes its JSON and survives the (short) outage. Wrong results are asserted 0 for every scenario but
+info/query: the full campaign met one wrong info/query answer in 80 runs (DuckDB scans samples.parquet and
+parts.parquet in place, checked by size only: docs/reliability.md, Seeded campaign), which 4 quick runs could meet."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from benchmarks.fault_campaign import SCENARIOS
 
 pytestmark = pytest.mark.s3
+INFO = "info+query"  # the scenario that may still meet a wrong answer (module docstring)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,7 +35,7 @@ def test_quick_campaign_runs(tmp_path):
     for name, s in result["scenarios"].items():
         assert s["runs"] == 4, name  # 2 seeds x 2 directions
         assert s["identical"] + s["errors"] + s["wrong"] >= s["runs"], name
-        if name != "prepare":
+        if name != INFO:
             assert s["wrong"] == 0, (name, result["wrong"])
     assert sum(s["faults"].get("corrupt_response", 0) for s in result["scenarios"].values()) > 0
     assert sum(s["faults"].get("corrupt_request", 0) for s in result["scenarios"].values()) > 0

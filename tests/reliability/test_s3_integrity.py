@@ -96,15 +96,11 @@ def test_a_loader_epoch_waits_out_an_outage(proxy, root, s3_server):
     assert got == expected
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a shard's ranged GETs carry no checksum: prepare records what it read"
-)
 def test_a_damaged_shard_read_during_prepare_is_not_published(proxy, root, s3_server):
     """Found by the fault campaign (benchmarks/fault_campaign.py): a shard body damaged on its way to prepare (bits
-    flipped in payload bytes, the tar headers intact) is indexed as read, so the published parts.parquet records
-    CRC32Cs of the damaged bytes (shards.parquet, summary.parquet and the manifest differ too), and every later
-    `verify="crc"` read of those samples fails as if the shard were damaged on the store. Expected: the files of a
-    fault-free prepare, or a clear error."""
+    flipped in payload bytes, the tar headers intact) was indexed as read, so the published parts.parquet recorded
+    CRC32Cs of the damaged bytes. Now the shard's MD5 is checked against its ETag and the damaged read done again
+    (index/shard_read.py): the files of a fault-free prepare."""
     direct = s3_server.storage_options
     write_webdataset(root, shards=2, samples_per_shard=4, image_bytes=20000, storage_options=direct)
     prepare(root, direct)
@@ -117,10 +113,23 @@ def test_a_damaged_shard_read_during_prepare_is_not_published(proxy, root, s3_se
     proxy.inject_for("shard-000001.tar", "corrupt_response")
     try:
         prepare(root, through(proxy))
-    except Exception:  # noqa: BLE001 - a clear error is an acceptable outcome
-        return
     finally:
         faulted = proxy.faulted()
         proxy.reset_counts()
     assert faulted == {"corrupt_response": 1}
     assert published(root, direct) == reference
+
+
+def test_a_shard_damaged_on_every_read_is_a_clear_error(proxy, root, s3_server):
+    """The same shard damaged on each of prepare's reads: one error naming it, its MD5 and ETag and the reads;
+    nothing published."""
+    direct = s3_server.storage_options
+    write_webdataset(root, shards=2, samples_per_shard=4, image_bytes=20000, storage_options=direct)
+    proxy.reset_counts()
+    proxy.inject_for("shard-000001.tar", *["corrupt_response"] * 3)
+    try:
+        with pytest.raises(StorageError, match=r"shard-000001\.tar: GET: the bytes read have MD5 .* 3 reads"):
+            prepare(root, through(proxy, retries=2))
+    finally:
+        proxy.reset_counts()
+    assert not open_storage(root, direct).exists(".nv-meta/.info.json")
