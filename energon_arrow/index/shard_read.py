@@ -28,13 +28,13 @@ def read_whole_checked(storage, rel: str, size: int):
     if not _MD5_ETAG.fullmatch(etag):
         return data
     got, reads = hashlib.md5(data).hexdigest(), 1
-    for _ in reread_attempts(storage):
-        if got == etag:
-            return data
-        data = bytes(fetch_groups(storage, [rel], [0], [size], pins)[0])
-        got, reads = hashlib.md5(data).hexdigest(), reads + 1
     if got == etag:
         return data
+    for _ in reread_attempts(storage):  # (each attempt after the policy's pause)
+        data = bytes(fetch_groups(storage, [rel], [0], [size], pins)[0])
+        got, reads = hashlib.md5(data).hexdigest(), reads + 1
+        if got == etag:
+            return data
     raise StorageError(
         storage.url_of(rel),
         f"GET: the bytes read have MD5 {got}, the store records {etag} (ETag); damaged on each of {reads} reads",
