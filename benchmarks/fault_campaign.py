@@ -5,7 +5,8 @@ One SeaweedFS server (loopback, random ports, started and stopped here) behind t
 `corrupt_response`: GET bodies damaged on their way back), half of the faults drawn are that corruption and half
 the proxy's transient faults (errors, throttling, resets, stalled and truncated bodies, as test_s3_faults), plus
 one targeted corruption where random ones are rare (TARGETED), and these scenarios run through the proxy on small generated data, each compared with a fault-free reference computed
-once:
+once. Every faulted run has the storage option `verify="crc"` (prepare checks the shards it reads against their
+ETag's MD5, the loader and token readers check the CRC32Cs recorded for them):
 
 - prepare: 4 shards prepared again (everything but the shards removed first); every published file byte-for-byte
   the fault-free prepare's;
@@ -245,7 +246,7 @@ class Campaign:
                 self.proxy.inject_for(TARGETED[scenario, direction], direction)
             failed = None
             try:
-                self.faulted(through(self.proxy), scenario)
+                self.faulted(through(self.proxy, verify="crc"), scenario)
             except Wrong as exc:
                 self.record_wrong(scenario, seed, rate, direction, str(exc))
                 failed = exc
@@ -285,7 +286,7 @@ class Campaign:
     # ---- the outage check -----------------------------------------------------------------------------------
     def outage(self, seconds: float) -> dict:
         out = {"seconds": seconds, "retry_deadline_s": 60}
-        options = through(self.proxy, retry_deadline_s=60)
+        options = through(self.proxy, retry_deadline_s=60, verify="crc")
         for name, work, check in (
             (
                 "prepare",

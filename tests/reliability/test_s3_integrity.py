@@ -99,8 +99,8 @@ def test_a_loader_epoch_waits_out_an_outage(proxy, root, s3_server):
 def test_a_damaged_shard_read_during_prepare_is_not_published(proxy, root, s3_server):
     """Found by the fault campaign (benchmarks/fault_campaign.py): a shard body damaged on its way to prepare (bits
     flipped in payload bytes, the tar headers intact) was indexed as read, so the published parts.parquet recorded
-    CRC32Cs of the damaged bytes. Now the shard's MD5 is checked against its ETag and the damaged read done again
-    (index/shard_read.py): the files of a fault-free prepare."""
+    CRC32Cs of the damaged bytes. With `verify="crc"` the shard's MD5 is checked against its ETag and the damaged
+    read done again (index/shard_read.py): the files of a fault-free prepare."""
     direct = s3_server.storage_options
     write_webdataset(root, shards=2, samples_per_shard=4, image_bytes=20000, storage_options=direct)
     prepare(root, direct)
@@ -112,7 +112,7 @@ def test_a_damaged_shard_read_during_prepare_is_not_published(proxy, root, s3_se
     proxy.reset_counts()
     proxy.inject_for("shard-000001.tar", "corrupt_response")
     try:
-        prepare(root, through(proxy))
+        prepare(root, through(proxy, verify="crc"))
     finally:
         faulted = proxy.faulted()
         proxy.reset_counts()
@@ -129,7 +129,7 @@ def test_a_shard_damaged_on_every_read_is_a_clear_error(proxy, root, s3_server):
     proxy.inject_for("shard-000001.tar", *["corrupt_response"] * 3)
     try:
         with pytest.raises(StorageError, match=r"shard-000001\.tar: GET: the bytes read have MD5 .* 3 reads"):
-            prepare(root, through(proxy, retries=2))
+            prepare(root, through(proxy, retries=2, verify="crc"))
     finally:
         proxy.reset_counts()
     assert not open_storage(root, direct).exists(".nv-meta/.info.json")
