@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from energon_arrow.adapters import Storage, StorageError
+from energon_arrow.adapters.retry import reread_attempts
 from energon_arrow.index.fingerprint import read_fingerprints
 from energon_arrow.index.from_sqlite import (
     META_SOURCE,
@@ -96,27 +97,37 @@ def _missing_columns(schema: pa.Schema, name: str, storage: Storage) -> None:
         )
 
 
+def _footer_once(storage: Storage, rel: str) -> pq.FileMetaData:
+    if storage.is_local:
+        path = storage.local_path(rel)
+        check_size(storage, rel, os.path.getsize(path))
+        return pq.read_metadata(path)
+    with storage.retrying_fs.open(storage.path_of(rel), "rb") as f:
+        size = getattr(f, "size", None)  # fsspec's files; multi-storage-client's have none
+        check_size(storage, rel, size if isinstance(size, int) else storage.stat(rel).size)
+        return pq.read_metadata(f)
+
+
 def _read_footer(storage: Storage, rel: str) -> pq.FileMetaData:
-    """A Parquet file's footer only: schema, row count, key-value metadata (DuckDB reads the data in place)."""
-    try:
-        if storage.is_local:
-            path = storage.local_path(rel)
-            check_size(storage, rel, os.path.getsize(path))
-            return pq.read_metadata(path)
-        with storage.retrying_fs.open(storage.path_of(rel), "rb") as f:
-            size = getattr(f, "size", None)  # fsspec's files; multi-storage-client's have none
-            check_size(storage, rel, size if isinstance(size, int) else storage.stat(rel).size)
-            return pq.read_metadata(f)
-    except IntegrityError:
-        raise
-    except FileNotFoundError:
-        raise NotPreparedError(
-            f"{storage.url_of(rel)}: side index file missing; rebuild it with {_prepare_hint(storage)}"
-        ) from None
-    except (OSError, pa.ArrowException) as exc:
-        raise NotPreparedError(
-            f"{storage.url_of(rel)}: unreadable side index ({exc}); rebuild it with {_prepare_hint(storage)}"
-        ) from None
+    """A Parquet file's footer only: schema, row count, key-value metadata (DuckDB reads the data in place). A
+    footer that does not parse is read again (a GET damaged on its way: the storage's retry budget) before the
+    file counts as unreadable."""
+    attempts = reread_attempts(storage)
+    while True:
+        try:
+            return _footer_once(storage, rel)
+        except IntegrityError:
+            raise
+        except FileNotFoundError:
+            raise NotPreparedError(
+                f"{storage.url_of(rel)}: side index file missing; rebuild it with {_prepare_hint(storage)}"
+            ) from None
+        except (OSError, pa.ArrowException) as exc:
+            if next(attempts, None) is None:
+                raise NotPreparedError(
+                    f"{storage.url_of(rel)}: unreadable side index ({exc}); rebuild it with "
+                    f"{_prepare_hint(storage)}"
+                ) from None
 
 
 def _read_side_index(storage: Storage) -> SideIndex:

@@ -78,7 +78,9 @@ def test_manifest_written_on_s3_and_correct(dataset, s3_server):
         assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, rel
 
 
-@pytest.mark.parametrize("rel", [".nv-meta/.info.json", ".nv-meta/arrow/shards.parquet"])
+@pytest.mark.parametrize(
+    "rel", [".nv-meta/.info.json", ".nv-meta/arrow/shards.parquet", ".nv-meta/arrow/samples.parquet"]
+)
 def test_a_damaged_get_is_read_again(proxy, through, dataset, s3_server, rel):
     with open_dataset(open_storage(dataset, s3_server.storage_options)) as ds:
         expected = ds.sql(QUERY).arrow()
