@@ -50,6 +50,7 @@ from energon_arrow.testing.s3_faults import (
     outage_after_first_request,
     prepare,
     published,
+    strip_to_shards,
     through,
 )
 from energon_arrow.testing.seaweedfs import start_seaweedfs
@@ -194,10 +195,7 @@ class Campaign:
         """Make the faulted run build what it would build: a fresh prepare, an empty row index, exclusions and
         .idx cache."""
         if scenario == "prepare":
-            store = open_storage(self.prep, self.direct)
-            for f in store.list_files("**/*"):
-                if not f.endswith(".tar"):
-                    store.remove(f)
+            strip_to_shards(self.prep, self.direct)
         elif scenario.startswith("loader"):
             from energon_arrow.loader.row_index import default_cache_dir
 

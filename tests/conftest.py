@@ -31,6 +31,16 @@ def s3_server():
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def proxy(s3_server):
+    """A FaultProxy in front of the session's SeaweedFS, one per test module (its queued faults and counts stay
+    within the module)."""
+    from energon_arrow.testing.faultproxy import FaultProxy
+
+    with FaultProxy(s3_server.endpoint_url) as p:
+        yield p
+
+
 @pytest.fixture(scope="session")
 def s3_iam_server():
     """A second SeaweedFS started with `-s3.config` identities: wrong secrets and missing rights give 403."""

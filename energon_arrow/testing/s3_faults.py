@@ -59,6 +59,16 @@ def published(url: str, options: dict) -> dict[str, bytes]:
     return {f: data.replace(uuid_, b"<index.uuid>") for f, data in files.items()}
 
 
+def strip_to_shards(url: str, options: dict) -> None:
+    """Remove every file of a prepared dataset but its tar shards (a prepare then starts from nothing)."""
+    from energon_arrow.adapters import open_storage
+
+    store = open_storage(url, options)
+    for f in store.list_files("**/*"):
+        if not f.endswith(".tar"):
+            store.remove(f)
+
+
 def epoch(url: str, options: dict, proxy=None, faults=None, verify=None, workers: int = 0) -> list:
     """(keys, raw jpg bytes, captions) of every batch of one unshuffled pass over a CaptioningSample split;
     `faults` (rate, seed) are turned on once the split is open, so that only the shard reads meet them."""

@@ -22,7 +22,6 @@ from energon_arrow.meta import parse_split_ratio
 from energon_arrow.meta.manifest import MANIFEST_REL, IntegrityError
 from energon_arrow.query import open_dataset
 from energon_arrow.query.sideindex import load_side_index
-from energon_arrow.testing.faultproxy import FaultProxy
 from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
 from energon_arrow.testing.synthetic import write_webdataset
 
@@ -30,12 +29,6 @@ pytestmark = pytest.mark.s3
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
 QUERY = "SELECT shard_id, sample_index, sample_key, byte_offset, byte_size FROM samples ORDER BY 1, 2"
-
-
-@pytest.fixture(scope="module")
-def proxy(s3_server):
-    with FaultProxy(s3_server.endpoint_url) as p:
-        yield p
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,19 @@ import uuid
 import pytest
 
 from energon_arrow.adapters import StorageError, open_storage
-from energon_arrow.testing.faultproxy import FaultProxy
-from energon_arrow.testing.s3_faults import outage_after_first_request, prepare, published, through
+from energon_arrow.testing.s3_faults import (
+    outage_after_first_request,
+    prepare,
+    published,
+    strip_to_shards,
+    through,
+)
 from energon_arrow.testing.synthetic import write_webdataset
 from tests.reliability.test_s3_faults import loader_keys
 
 pytestmark = pytest.mark.s3
 
 OUTAGE_S = 3.0
-
-
-@pytest.fixture(scope="module")
-def proxy(s3_server):
-    with FaultProxy(s3_server.endpoint_url) as p:
-        yield p
 
 
 @pytest.fixture
@@ -43,10 +42,7 @@ def test_prepare_with_damaged_uploads_writes_the_same_files(proxy, root, s3_serv
     write_webdataset(root, shards=6, samples_per_shard=20, image_bytes=100, storage_options=direct)
     prepare(root, direct)
     reference = published(root, direct)
-    store = open_storage(root, direct)
-    for f in store.list_files("**/*"):
-        if not f.endswith(".tar"):
-            store.remove(f)
+    strip_to_shards(root, direct)
     proxy.reset_counts()
     proxy.inject_for(".nv-meta/.info.json", "corrupt_request")
     proxy.randomize(0.2, ("corrupt_request",), seed=seed)  # a PUT body damaged, other requests 503
@@ -105,10 +101,7 @@ def test_a_damaged_shard_read_during_prepare_is_not_published(proxy, root, s3_se
     write_webdataset(root, shards=2, samples_per_shard=4, image_bytes=20000, storage_options=direct)
     prepare(root, direct)
     reference = published(root, direct)
-    store = open_storage(root, direct)
-    for f in store.list_files("**/*"):
-        if not f.endswith(".tar"):
-            store.remove(f)
+    strip_to_shards(root, direct)
     proxy.reset_counts()
     proxy.inject_for("shard-000001.tar", "corrupt_response")
     try:

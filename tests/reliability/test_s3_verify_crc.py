@@ -9,17 +9,10 @@ import uuid
 
 import pytest
 
-from energon_arrow.testing.faultproxy import FaultProxy
 from energon_arrow.testing.s3_faults import epoch, through
 from energon_arrow.testing.synthetic import write_webdataset
 
 pytestmark = pytest.mark.s3
-
-
-@pytest.fixture(scope="module")
-def proxy(s3_server):
-    with FaultProxy(s3_server.endpoint_url) as p:
-        yield p
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import pytest
 from crc32c import crc32c
 
 from energon_arrow.adapters import open_storage
-from energon_arrow.testing.faultproxy import FaultProxy
 from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
 from energon_arrow.tokens import checksums
 from energon_arrow.tokens.builder import TokenWriter, merge_datasets
@@ -146,12 +145,6 @@ def test_a_side_file_of_other_files_is_an_error(tmp_path):
 
 
 # ---- S3 through the FaultProxy ----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def proxy(s3_server):
-    with FaultProxy(s3_server.endpoint_url) as p:
-        yield p
-
-
 @pytest.fixture(scope="module")
 def remote(s3_server):
     """A token dataset of 600 documents (~3.5 MB, 55 chunks) on S3: (prefix URL, documents)."""
