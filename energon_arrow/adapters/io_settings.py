@@ -47,6 +47,15 @@ class IoSettings:
     verify: str = "none"
     verify_from: str = "default"  # where `verify` came from: "option", "environment" or "default"
 
+    def verify_mode(self, asked: str | None, default: str = "none") -> tuple[str, bool]:
+        """(verify mode, asked for explicitly?): `asked` (a reader's argument; None: not given), else the storage
+        option (explicit) or ENERGON_ARROW_VERIFY (not explicit), else `default`. Not validated."""
+        if asked is not None:
+            return asked, True
+        if self.verify_from != "default":
+            return self.verify, self.verify_from == "option"
+        return default, False
+
     def retry_policy(self, base: RetryPolicy | None) -> RetryPolicy:
         """`base` (or the default policy) with the retry budget these settings give."""
         policy = base or RetryPolicy()

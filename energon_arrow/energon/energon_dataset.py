@@ -15,6 +15,7 @@ import torch
 
 from energon_arrow.energon.debug_log import worker_batches_logged
 from energon_arrow.energon.energon_len import energon_length
+from energon_arrow.energon.factory_config import factory_len
 from energon_arrow.energon.restore_sample import tag_chunk_item
 from energon_arrow.energon.train_order import worker_slice_offsets
 from energon_arrow.energon.watchdog import Watchdog
@@ -219,7 +220,7 @@ def build_dataset(
     ds.batch_limit = limit if limit is not None and limit > 0 else None
     sizes = [len(s) for s in sources]
     # energon rotates the workers over the datasets by their factories' lengths: the split's shards, whole
-    rotation = [sum(c for _, c in s.split_shards) if s.split_shards else len(s) for s in sources]
+    rotation = [factory_len(s) for s in sources]
     # what energon's pipeline for this call holds (its config(), energon/pipeline_config.py): per dataset, per
     # worker, its sequence boundaries; the factories' shuffle_over_epochs, parallel_shard_iters and
     # max_samples_per_sequence (val: energon's factories get the metadataset's multipliers only)
@@ -270,7 +271,7 @@ def build_dataset(
             ds.hooks.per_batch = chunk  # a sample's outputs are numbered by the batch they go to
     ds.virtual_epoch_length = virtual_epoch_length
     ds.energon_len = energon_length(
-        [len(s) for s in sources],
+        sizes,
         rank=worker_config.rank,
         world_size=worker_config.world_size,
         num_workers=worker_config.num_workers,

@@ -26,6 +26,12 @@ SAMPLE_LOADER = (
 )
 
 
+def factory_len(source: SplitSource) -> int:
+    """energon's `len(factory)`: the split's shard counts (excluded samples and those outside a `subset:`
+    included), else the samples."""
+    return sum(count for _name, count in source.split_shards) if source.split_shards else len(source)
+
+
 def _shards(source: SplitSource) -> list[dict]:
     url = source.storage.url.rstrip("/")
     return [

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from energon_arrow.energon.factory_config import core_config
+from energon_arrow.energon.factory_config import core_config, factory_len
 from energon_arrow.energon.task_encoder.base import _encode_fns, _overridden
 from energon_arrow.energon.wrappers.base import function_config
 from energon_arrow.energon.wrappers.factories import (
@@ -86,11 +86,6 @@ def _loaded(ds, index: int) -> dict:
     return core
 
 
-def _factory_len(source) -> int:
-    """energon's `len(factory)`: the split's shard counts (excluded samples included), else the samples."""
-    return sum(count for _name, count in source.split_shards) if source.split_shards else len(source)
-
-
 def _repeat(dataset: dict, repeats: float | None, wc: dict) -> dict:
     return {"type": "RepeatDataset", "dataset": dataset, "repeats": repeats, "worker_config": wc}
 
@@ -106,7 +101,7 @@ def _train_blend(ds, wc: dict) -> dict:
     else:  # SAMPLE_REPETITIONS, or NONE without repeat
         reps = ds.repetitions if ds.repetitions is not None else [None] * len(loaded)
         inner = [
-            (d if r in (None, 1) else _repeat(d, r, wc), _factory_len(src) * (1 if r is None else r))
+            (d if r in (None, 1) else _repeat(d, r, wc), factory_len(src) * (1 if r is None else r))
             for d, r, src in zip(loaded, reps, ds.sources)
         ]
     out = (

@@ -19,14 +19,8 @@ from typing import Any
 
 from energon_arrow.energon.hooks import TaskHooks
 from energon_arrow.energon.regroup import Regrouper
+from energon_arrow.energon.worker_slices import limit_share
 from energon_arrow.loader.errors import LoaderError
-
-
-def limit_share(limit: int | None, worker: int, workers: int) -> int | None:
-    """Worker `worker`'s share of a rank's `limit` outputs (energon's LimitDataset)."""
-    if limit is None or workers <= 1:
-        return limit
-    return limit // workers + (worker < limit % workers)
 
 
 class WorkerRegroupers:

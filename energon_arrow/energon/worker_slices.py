@@ -77,6 +77,13 @@ class TrainStream:
         return self.buf[: hi - lo]
 
 
+def limit_share(limit: int | None, worker: int, workers: int) -> int | None:
+    """Worker `worker`'s share of a rank's `limit` batches or outputs (energon's LimitDataset)."""
+    if limit is None or workers <= 1:
+        return limit
+    return limit // workers + (worker < limit % workers)
+
+
 class WorkerSchedule:
     gives_rows = True  # slots() gives table rows, not positions in an epoch order
 
@@ -99,10 +106,8 @@ class WorkerSchedule:
             self.rank_batches = None
             return
         per_worker = [n // batch_size if drop_last else -(-n // batch_size) for n in lengths]
-        if limit is not None and workers > 1:
-            per_worker = [min(n, limit // workers + (w < limit % workers)) for w, n in enumerate(per_worker)]
-        elif limit is not None:
-            per_worker = [min(n, limit) for n in per_worker]
+        if limit is not None:
+            per_worker = [min(n, limit_share(limit, w, workers)) for w, n in enumerate(per_worker)]
         worker = np.repeat(np.arange(workers), per_worker)
         index = np.concatenate([np.arange(n) for n in per_worker]) if per_worker else np.zeros(0, np.int64)
         order = np.lexsort((worker, index))  # round robin: each worker's i-th batch, then the (i+1)-th
@@ -280,7 +285,7 @@ class WorkerIndex:
 
     def __call__(self, b: int, slot: int) -> tuple[int, int, int, int]:
         schedule, n = self.schedule, self.workers
-        key = (b, id(schedule.starts), schedule.turn)  # a resumed schedule gets new starts
+        key = (b, schedule.turn, tuple(schedule.starts))  # a resumed schedule moves its starts
         if key != self._key:  # once per batch: a slot's sample index is the first's plus slot * workers
             w, i, pos = schedule.place(b, 0)
             self._key, self._first = key, (w, self.seeds[w], i * n + w, pos * n + w)

@@ -5,9 +5,11 @@ contiguous on disk), each run is one `os.pread` on a per-process cached descript
 position in the run's buffer (loader/spans.py). Batches announced ahead (`announce`) are read together with the
 batch asked for, up to GROUP_BYTES of samples: energon's per-worker order takes each batch from up to
 parallel_shard_iters slices at once, so one batch alone is ~one run per sample, while the next 16 batches hold
-runs of ~30 samples per slice (the loader benchmark's epoch in energon's order: 2.1x faster than batch by batch). Object stores: `open_readers` gives a `WindowReader` (large ranged GETs
-planned over groups of batches, loader/window_reader.py) or, with the `local_cache` storage option, a `CachedShardReader`
-that reads node-local copies of whole shards (adapters/shard_cache.py) exactly like local shards.
+runs of ~30 samples per slice (the loader benchmark's epoch in energon's order: 2.1x faster than batch by batch).
+
+Object stores: `open_readers` gives a `WindowReader` (large ranged GETs planned over groups of batches,
+loader/window_reader.py) or, with the `local_cache` storage option, a `CachedShardReader` that reads node-local
+copies of whole shards (adapters/shard_cache.py) exactly like local shards.
 """
 
 from __future__ import annotations

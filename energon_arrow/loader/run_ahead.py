@@ -1,14 +1,15 @@
 """Run a pipeline stage ahead of its consumer in a background thread: `run_ahead(items, work, stream, depth)` yields
 `(mark, work(value))` for each `(mark, value)` of `items`, computed up to `depth` items ahead.
 
-Used by the `Loader` for `image_device_decode=True` (loader.py): the thread takes the next batch from the
-DataLoader workers and decodes it (torchvision's decode_jpeg, which holds its calling thread for the whole batch but
-not the GIL) while the training thread consumes the previous one. The marks carry the loader's state as of each
+Used by the `Loader` for `image_device_decode=True` (loader.py), twice: one thread takes the next batches from the
+DataLoader workers, another decodes them (torchvision's decode_jpeg, which gives the GIL up and takes it back many
+times per call: docs/benchmarks.md, Images) while the training thread consumes the previous one. The marks carry the loader's state as of each
 item, applied by the consumer when the item is delivered, so a thread running ahead never moves the state.
 
-On CUDA the work runs on `stream` (a side stream; stages that feed each other can share one); the consumer's stream
-waits for an item's event before the item is handed over, and every CUDA tensor of the item is `record_stream`-ed on the consumer's stream. A value of None
-is passed through without `work` (the loader's end-of-pass mark). An exception in the thread is raised in the
+On CUDA the work runs on `stream` (a side stream; stages that feed each other can share one); the consumer's
+stream waits for an item's event before the item is handed over, and every CUDA tensor of the item is
+`record_stream`-ed on the consumer's stream. A value of None is passed through without `work` (the loader's
+end-of-pass mark). An exception in the thread is raised in the
 consumer; closing the consumer stops the thread and closes `items` in it (which shuts the DataLoader down).
 """
 

@@ -36,9 +36,7 @@ class ChecksumError(LoaderError):
 def resolve_verify(src, asked: str | None) -> bool:
     """Whether the reads of `src` are verified: `asked` (the loader argument; None: not given) wins over the
     storage option / environment variable of the source's storage."""
-    settings = src.storage.io_settings
-    explicit = asked is not None or settings.verify_from == "option"
-    mode = asked if asked is not None else settings.verify
+    mode, explicit = src.storage.io_settings.verify_mode(asked)
     if mode not in VERIFY_MODES:
         raise LoaderError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {mode!r}")
     if mode == "none":

@@ -159,13 +159,7 @@ _ADVICE = "restore the dataset from a good copy, or write it again (energon-arro
 
 def resolve_verify(storage, asked: str | None, remote: bool) -> tuple[bool, bool]:
     """(verify?, asked for explicitly?) for a token dataset on `storage` (see the module docstring)."""
-    settings = storage.io_settings
-    if asked is not None:
-        mode, explicit = asked, True
-    elif settings.verify_from != "default":
-        mode, explicit = settings.verify, settings.verify_from == "option"
-    else:
-        mode, explicit = (DEFAULT_REMOTE if remote else "none"), False
+    mode, explicit = storage.io_settings.verify_mode(asked, DEFAULT_REMOTE if remote else "none")
     if mode not in VERIFY_MODES:
         raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {mode!r}")
     return mode == "crc", explicit
