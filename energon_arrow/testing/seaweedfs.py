@@ -95,7 +95,7 @@ class SeaweedS3:
     def storage_options(self) -> dict:
         return {"endpoint_url": self.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
 
-    def client(self):
+    def client(self, read_timeout: float = 30):
         import boto3
         from botocore.config import Config
 
@@ -105,7 +105,7 @@ class SeaweedS3:
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
             region_name="us-east-1",
-            config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=30),
+            config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=read_timeout),
         )
 
     def create_bucket(self, name: str) -> str:
@@ -151,12 +151,28 @@ def stop_process(proc: subprocess.Popen, grace: float = 2.0) -> None:
         proc.wait(10)
 
 
+PORT_TRIES = 3
+
+
+class _PortTaken(RuntimeError):
+    """A port chosen for the server was taken before it bound it (another server of a parallel test worker)."""
+
+
 def start_seaweedfs(timeout: float = 60.0, iam: bool = False, max_volumes: int = 16) -> SeaweedS3:
     """Start `weed server -s3` on free loopback ports; return once a bucket can be created.
 
     Without `iam` any key and secret are accepted (no signature check); with it, only the identities of
-    `iam_config()` are, so wrong credentials and missing permissions give real 403s.
+    `iam_config()` are, so wrong credentials and missing permissions give real 403s. Ports are free when chosen but
+    can be taken before weed binds them (by another test worker's server: weed binds port + 10000 too); the server
+    is then started again on other ports, PORT_TRIES times in all.
     """
+    for _ in range(PORT_TRIES - 1):
+        with contextlib.suppress(_PortTaken):
+            return _start_once(timeout, iam, max_volumes)
+    return _start_once(timeout, iam, max_volumes)
+
+
+def _start_once(timeout: float, iam: bool, max_volumes: int) -> SeaweedS3:
     binary = weed_binary()
     data_dir = tempfile.mkdtemp(prefix="ea-seaweed-")
     master, volume, filer, s3, iceberg, lance = free_ports(6)
@@ -203,18 +219,28 @@ def start_seaweedfs(timeout: float = 60.0, iam: bool = False, max_volumes: int =
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if proc.poll() is not None or _port_taken(log_path):
             break
         try:
-            server.client().create_bucket(Bucket="ea-ready-probe")
-            server._created.add("ea-ready-probe")
-            return server
+            # a short timeout: a port taken by another server may accept the probe and never answer
+            server.client(read_timeout=2).create_bucket(Bucket="ea-ready-probe")
         except Exception as exc:  # noqa: BLE001 - not ready yet
-            last_exc = exc
-            time.sleep(0.2)
+            code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
+            # an earlier probe that timed out may have made the bucket: ready all the same
+            if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                last_exc = exc
+                time.sleep(0.2)
+                continue
+        server._created.add("ea-ready-probe")
+        return server
     with open(log_path, "rb") as f:
         tail = f.read()[-2000:].decode(errors="replace")
+    error = _PortTaken if _port_taken(log_path) else RuntimeError
     server.stop()
-    raise RuntimeError(
-        f"SeaweedFS did not become ready in {timeout}s (last error: {last_exc}); log tail:\n{tail}"
-    )
+    raise error(f"SeaweedFS did not become ready in {timeout}s (last error: {last_exc}); log tail:\n{tail}")
+
+
+def _port_taken(log_path: str) -> bool:
+    """Whether weed's log says one of its ports was already in use."""
+    with open(log_path, "rb") as f:
+        return b"bind: address already in use" in f.read()
