@@ -293,7 +293,7 @@ def prepare_dataset(
             side_files = side.close()
             side_tables, side = side.tables, None
             for name, path in side_files.items():
-                recorded[f"{META_DIR}/{name}"] = digests.digest_of_file(path)
+                recorded[f"{META_DIR}/{name}"] = digests.digest_of_file(path, chunk_crcs=True)
             if finished is not None:
                 sqlite_digest = finished.result()
                 sqlite = None

@@ -26,10 +26,13 @@ a digest of its own content.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from energon_arrow.adapters import NotFound, StorageError
 from energon_arrow.adapters.retry import reread_attempts
@@ -42,6 +45,9 @@ MANIFEST_REL = f"{META_DIR}/{MANIFEST_NAME}"
 FORMAT = 1
 _MEMO = "_ea_manifest"  # attribute of a Storage object: its manifest, read once
 _CHUNK = 8 << 20
+RANGE_CHUNK = (
+    1 << 20
+)  # the CRC32C chunk of files read in place by ranges (DuckDB scans): meta.verified_ranges
 
 
 class IntegrityError(StorageError):
@@ -49,28 +55,70 @@ class IntegrityError(StorageError):
 
 
 @dataclass(frozen=True)
+class RangeCrcs:
+    """The CRC32C of every `chunk`-byte piece of a file (the last one shorter): what range reads check."""
+
+    chunk: int
+    crcs: np.ndarray  # uint32, one per chunk
+
+    def to_json(self) -> dict:
+        return {"bytes": self.chunk, "crc32c": base64.b64encode(self.crcs.astype("<u4").tobytes()).decode()}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> RangeCrcs:
+        crcs = np.frombuffer(base64.b64decode(raw["crc32c"], validate=True), "<u4").astype(np.uint32)
+        chunk = int(raw["bytes"])
+        if chunk <= 0:
+            raise ValueError("chunk bytes must be positive")
+        return cls(chunk, crcs)
+
+
+@dataclass(frozen=True)
 class FileDigest:
     size: int
     sha256: str
+    chunks: RangeCrcs | None = field(default=None, compare=False)  # for files read in place by ranges
 
     def to_json(self) -> dict:
-        return {"size": self.size, "sha256": self.sha256}
+        out = {"size": self.size, "sha256": self.sha256}
+        if self.chunks is not None:
+            out["chunks"] = self.chunks.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, raw: dict) -> FileDigest:
+        chunks = RangeCrcs.from_json(raw["chunks"]) if "chunks" in raw else None
+        digest = cls(int(raw["size"]), str(raw["sha256"]), chunks)
+        if chunks is not None and len(chunks.crcs) != -(-digest.size // chunks.chunk):
+            raise ValueError("chunk CRCs do not cover the file")
+        return digest
 
 
 def digest_of_bytes(data) -> FileDigest:
     return FileDigest(len(data), hashlib.sha256(data).hexdigest())
 
 
-def digest_of_file(path: str) -> FileDigest:
-    """The digest of a local file (read in 8 MiB chunks)."""
-    h, size = hashlib.sha256(), 0
+def digest_of_file(path: str, chunk_crcs: bool = False) -> FileDigest:
+    """The digest of a local file (read in 8 MiB pieces); `chunk_crcs`: with the CRC32C of every RANGE_CHUNK
+    bytes (for files readers scan in place by ranges: meta.verified_ranges), computed in the same pass."""
+    from energon_arrow.tar.crc import ChunkCrcs
+
+    h, size, crcs = hashlib.sha256(), 0, []
+    chunks = ChunkCrcs(crcs, RANGE_CHUNK) if chunk_crcs else None
     with open(path, "rb", buffering=0) as f:
         buf = bytearray(_CHUNK)
         view = memoryview(buf)
         while n := f.readinto(buf):
             h.update(view[:n])
             size += n
-    return FileDigest(size, h.hexdigest())
+            if chunks is not None:
+                chunks.update(view[:n])
+    if chunks is None:
+        return FileDigest(size, h.hexdigest())
+    chunks.finish()
+    return FileDigest(
+        size, h.hexdigest(), RangeCrcs(RANGE_CHUNK, np.concatenate([np.zeros(0, np.uint32), *crcs]))
+    )
 
 
 def _body_digest(body: dict) -> str:
@@ -109,9 +157,9 @@ def parse_manifest(data: bytes) -> Manifest | None:
         body = {k: v for k, v in raw.items() if k != "self_sha256"}
         if raw.get("self_sha256") != _body_digest(body) or raw.get("format") != FORMAT:
             return None
-        files = {rel: FileDigest(int(e["size"]), str(e["sha256"])) for rel, e in raw["files"].items()}
+        files = {rel: FileDigest.from_json(e) for rel, e in raw["files"].items()}
         return Manifest(files, frozenset(raw.get("editable", ())))
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, base64.binascii.Error):
         return None
 
 

@@ -1,7 +1,7 @@
 """The DuckDB catalog of one dataset: a read-only connection with the dataset's views.
 
 Base tables are the side-index Parquet files, read in place by DuckDB (local files directly, remote stores through
-the Storage's fsspec filesystem) or, for an index converted in memory, the Arrow tables themselves (zero-copy).
+the Storage's fsspec filesystem, each range checked against the manifest's chunk CRCs) or, for an index converted in memory, the Arrow tables themselves (zero-copy).
 Derived views are plain SQL over those. After setup the connection has external access off except for the
 side-index folder, and its configuration is locked.
 """
@@ -16,6 +16,7 @@ import pyarrow as pa
 from energon_arrow.adapters import Storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR
 from energon_arrow.index.summary import SUMMARY_FILE
+from energon_arrow.meta.verified_ranges import verified_fs
 from energon_arrow.query.limits import QueryLimits
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
@@ -118,12 +119,19 @@ def _duckdb_reads(storage: Storage) -> bool:
 
 
 def parquet_dataset(storage: Storage, rel: str):
-    """A lazily scanned pyarrow dataset over one Parquet file of `storage` (reads retry: `retrying_fs`)."""
+    """A lazily scanned pyarrow dataset over one Parquet file of `storage` (reads retry: `retrying_fs`; checked
+    against the manifest's chunk CRCs: meta.verified_ranges)."""
     import pyarrow.dataset as pads
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-    fs = PyFileSystem(FSSpecHandler(storage.retrying_fs))
+    fs = PyFileSystem(FSSpecHandler(verified_fs(storage)))
     return pads.dataset(storage.path_of(rel), filesystem=fs, format="parquet")
+
+
+def reading_fs(storage: Storage):
+    """The filesystem DuckDB reads `storage`'s side index through (meta.verified_ranges); None where DuckDB reads
+    the files itself (local) or not at all."""
+    return None if storage.is_local or not _duckdb_reads(storage) else verified_fs(storage)
 
 
 def connect(
@@ -133,15 +141,18 @@ def connect(
     excludes: pa.Table,
     limits: QueryLimits | None = None,
     summary: bool = False,
+    fs=None,
 ) -> duckdb.DuckDBPyConnection:
     """A locked, read-only connection with every view. `base[name]` None = read `.nv-meta/arrow/{name}.parquet`.
     `limits`: memory limit, spill folder and threads (`QueryLimits()` defaults when None). `summary`: the side
-    index's `summary.parquet` describes it (part_types reads it; otherwise it scans `parts` until `use_summary`)."""
+    index's `summary.parquet` describes it (part_types reads it; otherwise it scans `parts` until `use_summary`).
+    `fs`: the filesystem DuckDB reads a remote side index through (`reading_fs`; made here when None)."""
     con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
     (limits or QueryLimits()).apply(con)
     reads_files = any(t is None for t in base.values()) and _duckdb_reads(storage)
     if reads_files and not storage.is_local:
-        con.register_filesystem(storage.retrying_fs)  # DuckDB reads through it: its requests retry there
+        # DuckDB reads through it: its requests retry there, and what it reads is checked (meta.verified_ranges)
+        con.register_filesystem(fs or verified_fs(storage))
     files = {name: f"{name}.parquet" for name in base}
     if summary:
         files["_part_summary"] = SUMMARY_FILE

@@ -15,6 +15,7 @@ from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
 from energon_arrow.index.side_index import has_energon_index
 from energon_arrow.meta.info import info_exists, read_info
 from energon_arrow.meta.split import read_split
+from energon_arrow.meta.verified_ranges import open_ranged
 from energon_arrow.query import catalog, exclusions
 from energon_arrow.query.errors import QueryError
 from energon_arrow.query.guard import check_read_only, explain_error
@@ -89,8 +90,15 @@ class Dataset:
         self._resolved: pa.Table | None = None  # `exclusions()`, once resolved
         self._resolve_lock = threading.Lock()
         # a summary read (and checked) whole is queried from memory, not read again
+        self._fs = catalog.reading_fs(storage) if in_place else None
         self._con = catalog.connect(
-            storage, base, splits, excludes, limits, summary=side.summary and side.summary_table is None
+            storage,
+            base,
+            splits,
+            excludes,
+            limits,
+            summary=side.summary and side.summary_table is None,
+            fs=self._fs,
         )
         if side.summary_table is not None:
             catalog.use_summary(self._con, side.summary_table)
@@ -140,10 +148,17 @@ class Dataset:
         """Run `query` (trusted SQL) with `tables` registered as extra views for this query only."""
         with self._lock:
             con = self._con
+            if self._fs is not None:
+                self._fs.take_failure()  # one another reader recovered from is not this query's
             try:
                 for name, value in (tables or {}).items():
                     con.register(name, value)
                 return con.sql(query, params=params).to_arrow_table()
+            except duckdb.Error:
+                failure = self._fs.take_failure() if self._fs is not None else None
+                if failure is not None:  # a read of the side index failed: that error, not DuckDB's traceback
+                    raise failure from None
+                raise
             finally:
                 for name in tables or {}:
                     con.unregister(name)
@@ -224,7 +239,7 @@ class Dataset:
         if self.storage.is_local:
             source = self.storage.local_path(rel)
         else:
-            source = self.storage.retrying_fs.open(self.storage.path_of(rel), "rb")
+            source = open_ranged(self.storage, rel)
         with pq.ParquetFile(source) as f:
             yield from f.iter_batches(batch_size=batch_size, columns=columns)
 

@@ -5,7 +5,8 @@ otherwise energon's `index.sqlite`, converted once and published next to it (kep
 writable). Verification compares every shard's recorded size, mtime and ETag with one listing of the store, and
 reads the content fingerprint of shards whose size is unchanged but whose mtime/ETag moved (copies, uploads).
 Files listed in the dataset's manifest (`meta.manifest`) are checked: `shards.parquet` and `summary.parquet`
-(read whole) by their SHA-256, `samples.parquet` and `parts.parquet` (scanned in place by DuckDB) by their size.
+(read whole) by their SHA-256, `samples.parquet` and `parts.parquet` (scanned in place by DuckDB) by their size and,
+on object stores, every range read by the chunk CRCs the manifest records (meta.verified_ranges).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_KEY, identity
 from energon_arrow.meta.info import info_exists
 from energon_arrow.meta.manifest import IntegrityError, check_size, manifest_of, read_verified
 from energon_arrow.meta.uuid_file import read_index_uuid
+from energon_arrow.meta.verified_ranges import open_ranged
 from energon_arrow.query.errors import NotPreparedError, StaleIndexError
 
 log = logging.getLogger(__name__)
@@ -102,7 +104,7 @@ def _footer_once(storage: Storage, rel: str) -> pq.FileMetaData:
         path = storage.local_path(rel)
         check_size(storage, rel, os.path.getsize(path))
         return pq.read_metadata(path)
-    with storage.retrying_fs.open(storage.path_of(rel), "rb") as f:
+    with open_ranged(storage, rel) as f:
         size = getattr(f, "size", None)  # fsspec's files; multi-storage-client's have none
         check_size(storage, rel, size if isinstance(size, int) else storage.stat(rel).size)
         return pq.read_metadata(f)

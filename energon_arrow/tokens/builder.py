@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from energon_arrow.adapters.publish import private_mkdtemp
-from energon_arrow.tokens.checksums import ChunkCrcs, StreamCrc, write_side_file
+from energon_arrow.tar.crc import ChunkCrcs, StreamCrc
+from energon_arrow.tokens.checksums import CHUNK_BYTES, write_side_file
 from energon_arrow.tokens.idx_format import IndexFormatError, dtype_code, pack_header, sequence_pointers
 from energon_arrow.tokens.indexed import IndexedTokens, split_prefix
 from energon_arrow.tokens.sink import Sink
@@ -66,7 +67,7 @@ class TokenWriter:
         self._documents = 0
         self._tokens = 0
         self._closed = False
-        self._crcs = ChunkCrcs(ArraySpool(np.uint32, f"{self._tmpdir}/crcs", 1 << 20))
+        self._crcs = ChunkCrcs(ArraySpool(np.uint32, f"{self._tmpdir}/crcs", 1 << 20), CHUNK_BYTES)
         self._bin = Sink(self.storage, self.bin_name, self._crcs.update)
 
     # ---- context ------------------------------------------------------------------------------------------

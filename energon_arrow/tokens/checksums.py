@@ -27,7 +27,7 @@ from energon_arrow.adapters.errors import NotFound
 from energon_arrow.adapters.io_settings import VERIFY_MODES
 from energon_arrow.adapters.retry import reread_attempts
 from energon_arrow.meta.manifest import IntegrityError
-from energon_arrow.tar.crc import crc32c, part_crcs
+from energon_arrow.tar.crc import ChunkCrcs, StreamCrc, crc32c, first_bad_chunk, part_crcs
 
 log = logging.getLogger(__name__)
 
@@ -41,55 +41,6 @@ _TAIL = struct.Struct("<I")  # CRC32C of every byte before it
 
 class ChecksumError(IntegrityError):
     """Token bytes that do not match the side file's CRC32C (after reading them again), or an unusable side file."""
-
-
-class StreamCrc:
-    """The CRC32C of a byte stream, continued with every `update`."""
-
-    def __init__(self):
-        self.value, self.size = 0, 0
-
-    def update(self, data) -> None:
-        self.value = crc32c(data, self.value)
-        self.size += memoryview(data).nbytes
-
-
-class ChunkCrcs:
-    """The CRC32C of every `chunk`-byte piece of a byte stream, fed piece by piece (any sizes): full chunks of a
-    piece in one compiled call (tar/crc.py `part_crcs`), the ends continued across calls. `spool` (a
-    tokens.spool.ArraySpool of uint32) receives the finished chunks' CRCs."""
-
-    def __init__(self, spool, chunk: int = CHUNK_BYTES):
-        self.spool, self.chunk = spool, chunk
-        self.size = 0
-        self._crc, self._inside = 0, 0  # CRC and length of the unfinished chunk
-
-    def update(self, data) -> None:
-        with memoryview(data) as raw, raw.cast("B") as view:
-            n, pos, chunk = len(view), 0, self.chunk
-            if self._inside:
-                pos = min(n, chunk - self._inside)
-                self._crc = crc32c(view[:pos], self._crc)
-                self._inside += pos
-                if self._inside == chunk:
-                    self._emit()
-            full = (n - pos) // chunk
-            if full:
-                offsets = pos + chunk * np.arange(full, dtype=np.int64)
-                self.spool.append(part_crcs(view, offsets, np.full(full, chunk, np.int64)))
-                pos += full * chunk
-            if pos < n:
-                self._crc, self._inside = crc32c(view[pos:]), n - pos
-            self.size += n
-
-    def _emit(self) -> None:
-        self.spool.append(np.array([self._crc], np.uint32))
-        self._crc, self._inside = 0, 0
-
-    def finish(self) -> None:
-        """Record the last, shorter chunk."""
-        if self._inside:
-            self._emit()
 
 
 def write_side_file(sink, chunks: ChunkCrcs, idx: StreamCrc) -> None:
@@ -230,12 +181,7 @@ def _idx_mismatch(side: SideFile, idx_url: str, got: int, reads: int) -> Checksu
 def bad_chunk(side: SideFile, buffer, start: int) -> int:
     """The first chunk of `buffer` (the .bin's bytes from `start`, a chunk boundary, to a chunk boundary or the
     file's end) whose CRC differs from the side file's; -1 when all match."""
-    n = memoryview(buffer).nbytes
-    offsets = np.arange(0, n, side.chunk, dtype=np.int64)
-    got = part_crcs(buffer, offsets, np.minimum(side.chunk, n - offsets))
-    first = start // side.chunk
-    wrong = np.flatnonzero(got != side.crcs[first : first + offsets.size])
-    return first + int(wrong[0]) if wrong.size else -1
+    return first_bad_chunk(buffer, start, side.chunk, side.crcs)
 
 
 def chunk_mismatch(side: SideFile, bin_url: str, chunk: int, reads: int) -> ChecksumError:

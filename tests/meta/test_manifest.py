@@ -5,7 +5,6 @@ damaged one is rebuilt, not used."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from energon_arrow.meta.manifest import MANIFEST_REL, IntegrityError
 from energon_arrow.query import open_dataset
 from energon_arrow.query.sideindex import load_side_index
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.manifest_entries import assert_entry_describes
 
 RATIO = parse_split_ratio("3,1,0")
 COUNT = "SELECT count(*) AS n FROM samples"
@@ -67,7 +67,7 @@ def test_manifest_lists_every_published_file_with_its_digest(prepared):
     assert sum(rel.endswith(".tar.idx") for rel in published) == 4
     for rel, entry in manifest["files"].items():
         data = Path(prepared, rel).read_bytes()
-        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, rel
+        assert_entry_describes(entry, data, rel)
     assert manifest["editable"] == [".nv-meta/split.yaml"]
 
 
@@ -168,3 +168,25 @@ def test_tar_index_only_records_what_it_rewrites(prepared, tmp_path):
     }
     assert len(read_tar_index(open_storage(prepared), shard)) == 7 + 1  # each sample's offset and the end
     assert len(read_tar_index(storage, "shards/shard-000000.tar")) == 5 + 1
+
+
+def test_chunk_crcs_of_a_file_round_trip_through_the_manifest(tmp_path):
+    from crc32c import crc32c
+
+    from energon_arrow.meta.manifest import RANGE_CHUNK, digest_of_file, manifest_bytes, parse_manifest
+
+    data = np.random.default_rng(5).integers(0, 256, 9 * RANGE_CHUNK + 77, dtype=np.uint8).tobytes()
+    path = tmp_path / "f.parquet"
+    path.write_bytes(data)
+    digest = digest_of_file(str(path), chunk_crcs=True)
+    want = [crc32c(data[i : i + RANGE_CHUNK]) for i in range(0, len(data), RANGE_CHUNK)]
+    assert digest.chunks.crcs.tolist() == want and digest.size == len(data)
+    parsed = parse_manifest(manifest_bytes({"a/f.parquet": digest, "b": digest_of_file(str(path))}))
+    assert parsed.entry("a/f.parquet").chunks.crcs.tolist() == want and parsed.entry("b").chunks is None
+    raw = json.loads(manifest_bytes({"a/f.parquet": digest}))
+    raw["files"]["a/f.parquet"]["size"] += RANGE_CHUNK  # CRCs that do not cover the file: not a manifest
+    body = {k: v for k, v in raw.items() if k != "self_sha256"}
+    from energon_arrow.meta.manifest import _body_digest
+
+    raw["self_sha256"] = _body_digest(body)
+    assert parse_manifest(json.dumps(raw).encode()) is None

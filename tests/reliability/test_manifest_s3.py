@@ -5,9 +5,9 @@ no poisoned cache: the build and every later one return the right rows."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from energon_arrow.adapters import RetryPolicy, open_storage
+from energon_arrow.adapters import RetryPolicy, TransientError, open_storage
 from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.loader.row_index import default_cache_dir, open_row_index
 from energon_arrow.meta import parse_split_ratio
@@ -24,6 +24,7 @@ from energon_arrow.query import open_dataset
 from energon_arrow.query.sideindex import load_side_index
 from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
 from energon_arrow.testing.synthetic import write_webdataset
+from tests.manifest_entries import assert_entry_describes
 
 pytestmark = pytest.mark.s3
 
@@ -68,11 +69,17 @@ def test_manifest_written_on_s3_and_correct(dataset, s3_server):
     assert set(manifest["files"]) == listed and len(listed) == 4 + 8  # .tar.idx, .nv-meta and side index
     for rel, entry in manifest["files"].items():
         data = storage.read_bytes(rel)
-        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, rel
+        assert_entry_describes(entry, data, rel)
 
 
 @pytest.mark.parametrize(
-    "rel", [".nv-meta/.info.json", ".nv-meta/arrow/shards.parquet", ".nv-meta/arrow/samples.parquet"]
+    "rel",
+    [
+        ".nv-meta/.info.json",
+        ".nv-meta/arrow/shards.parquet",
+        ".nv-meta/arrow/samples.parquet",
+        ".nv-meta/arrow/parts.parquet",
+    ],
 )
 def test_a_damaged_get_is_read_again(proxy, through, dataset, s3_server, rel):
     with open_dataset(open_storage(dataset, s3_server.storage_options)) as ds:
@@ -82,6 +89,47 @@ def test_a_damaged_get_is_read_again(proxy, through, dataset, s3_server, rel):
         assert ds.sql(QUERY).arrow().equals(expected)
     gets = _gets(proxy, rel.rsplit("/", 1)[1])  # (DuckDB reads shards.parquet in place too, later)
     assert gets[:2] == ["corrupt_response", "forwarded"] and gets.count("corrupt_response") == 1
+
+
+PARTS_QUERY = (
+    "SELECT shard_id, sample_index, part_name, content_offset, content_size FROM parts ORDER BY 1, 2, 3"
+)
+
+
+def test_a_damaged_range_of_a_duckdb_scan_is_read_again(proxy, through, dataset, s3_server):
+    """parts.parquet is scanned in place by DuckDB in ranges: each range is checked against the manifest's chunk
+    CRCs, so damaged bytes are fetched again instead of answered (before: checked by size only)."""
+    with open_dataset(open_storage(dataset, s3_server.storage_options)) as ds:
+        expected = ds.sql(PARTS_QUERY).arrow()
+    with open_dataset(through()) as ds:
+        proxy.reset_counts()
+        proxy.inject_for("parts.parquet", "corrupt_response", "corrupt_response")
+        assert ds.sql(PARTS_QUERY).arrow().equals(expected)
+    gets = _gets(proxy, "parts.parquet")
+    assert gets.count("corrupt_response") == 2 and gets[-1] == "forwarded"
+
+
+def test_a_range_damaged_every_time_is_a_clear_error(proxy, through, dataset):
+    with open_dataset(through()) as ds:
+        proxy.inject_for("parts.parquet", *["corrupt_response"] * 50)
+        with pytest.raises(IntegrityError) as err:
+            ds.sql(PARTS_QUERY).arrow()
+    message = str(err.value)
+    assert message.startswith(f"{dataset}/.nv-meta/arrow/parts.parquet: bytes [0, ")
+    assert "do not match their CRC32C" in message and f"{FAST.attempts} reads" in message
+
+
+def test_a_scan_whose_reads_keep_failing_names_the_url_and_attempts(proxy, through, dataset):
+    """DuckDB reports a failed read of its filesystem as a Python traceback in its own message; the query raises
+    the storage's error instead: the URL, the operation and the attempts made."""
+    with open_dataset(through()) as ds:
+        proxy.inject_for("parts.parquet", *["slowdown"] * 50)
+        with pytest.raises(TransientError) as err:
+            ds.sql(PARTS_QUERY).arrow()
+    message = str(err.value)
+    where = re.escape(f"{dataset}/.nv-meta/arrow/parts.parquet")
+    assert re.match(rf"{where}: (GET|HEAD|LIST): transient storage error \(.*503", message), message
+    assert message.endswith(f"gave up after {FAST.attempts} attempts") and "Traceback" not in message
 
 
 def test_a_get_damaged_every_time_is_a_clear_error(proxy, through, dataset):
