@@ -17,8 +17,8 @@ scanned in place (DuckDB queries) only their size (`check_size`). `index.sqlite`
 downloads it from an object store (`download_verified`: the media metadata lookups); a local one is opened in place
 by SQLite, which reads its pages at random, and is not hashed. User-editable files - `split.yaml`, the dataset yaml,
 `sample_loader.py` - are recorded as of prepare (`"editable"`) and never an error: a read that differs from the
-record is a user edit when a second read returns the same bytes (a damaged response does not repeat), and reads
-go on until two agree. A mismatch of a verified file is read again (the storage's retry budget, `Storage.retry`;
+record is a user edit when its MD5 is the object's ETag (on object stores whose ETags are MD5s, told by the
+manifest's own ETag), elsewhere when a second read returns the same bytes; reads go on until one of these holds. A mismatch of a verified file is read again (the storage's retry budget, `Storage.retry`;
 locally once more), then `IntegrityError` names the file URL, the expected and actual size and digest, and
 "re-run `energon-arrow prepare URL`". The manifest is read once per `Storage` object (`manifest_of`) and carries
 a digest of its own content.
@@ -141,6 +141,9 @@ def manifest_bytes(files: dict[str, FileDigest], editable: set[str] | frozenset 
 class Manifest:
     files: dict[str, FileDigest]
     editable: frozenset[str]
+    md5: str | None = (
+        None  # of the manifest's own bytes as read (whether the store's ETags are MD5s: etag_judge)
+    )
 
     def entry(self, rel: str) -> FileDigest | None:
         return self.files.get(rel)
@@ -180,7 +183,8 @@ def manifest_of(storage) -> Manifest | None:
     if manifest is None:
         for _ in reread_attempts(storage):
             reads += 1
-            manifest = parse_manifest(storage.read_bytes(MANIFEST_REL))
+            data = storage.read_bytes(MANIFEST_REL)
+            manifest = parse_manifest(data)
             if manifest is not None:
                 break
     if manifest is None:
@@ -189,6 +193,7 @@ def manifest_of(storage) -> Manifest | None:
             f"not a valid manifest (its own SHA-256 does not match, {reads} reads); re-run "
             f"`energon-arrow prepare {storage.url}`",
         )
+    manifest.md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
     storage.__dict__[_MEMO] = manifest
     return manifest
 
@@ -215,10 +220,29 @@ def _mismatch(storage, rel: str, expected: FileDigest, got: FileDigest, reads: i
     )
 
 
+def _fresh_etag(storage, rel: str) -> str | None:
+    storage.fs.invalidate_cache(storage.path_of(rel))  # s3fs may answer from a listing made before an edit
+    return storage.stat(rel).etag
+
+
+def etag_judge(storage):
+    """For a dataset on an object store whose ETags are the MD5 of the content (a single PUT, no SSE-KMS; told by
+    the manifest's own ETag, whose bytes are known right): a function `(rel, data) -> bool`, whether `data` is the
+    object's content now (its MD5 equals a fresh ETag). None elsewhere (local files, multipart or encrypted
+    objects, no manifest)."""
+    manifest = manifest_of(storage)
+    if storage.is_local or manifest is None or manifest.md5 is None:
+        return None
+    if _fresh_etag(storage, MANIFEST_REL) != manifest.md5:
+        return None
+    return lambda rel, data: hashlib.md5(data, usedforsecurity=False).hexdigest() == _fresh_etag(storage, rel)
+
+
 def read_verified(storage, rel: str, read=None):
     """The bytes of `rel` (`read()`: how to read them, default `storage.read_bytes(rel)`), checked against the
-    manifest when it lists the file: read again on a mismatch, then an IntegrityError. User-editable files are
-    returned as read once two reads agree."""
+    manifest when it lists the file: read again on a mismatch, then an IntegrityError. A user-editable file that
+    differs from the record is the user's edit when its MD5 is the object's ETag (object stores whose ETags are
+    MD5s: `etag_judge`), elsewhere when a second read returns the same bytes (a damaged response rarely repeats)."""
     read = read or (lambda: storage.read_bytes(rel))
     data = read()
     expected, editable = _recorded(storage, rel)
@@ -227,22 +251,28 @@ def read_verified(storage, rel: str, read=None):
     got = _quick(data, expected)
     if got is None:
         return data
+    judge = etag_judge(storage) if editable else None
+    if judge is not None and judge(rel, data):
+        return _user_edit(storage, rel, data)
     reads = 1
     for _ in reread_attempts(storage):
         again = read()
         reads += 1
-        if editable and again == data:
-            log.info("%s: changed since prepare (a user edit): used as it is", storage.url_of(rel))
-            return again
-        data = again
-        got = _quick(data, expected)
+        got = _quick(again, expected)
         if got is None:
-            return data
+            return again
+        if editable and (judge(rel, again) if judge is not None else again == data):
+            return _user_edit(storage, rel, again)
+        data = again
     if editable:
-        raise IntegrityError(
-            storage.url_of(rel), f"{reads} reads returned different bytes (a damaged connection or store?)"
-        )
+        why = "none matches the object's ETag (MD5)" if judge is not None else "they returned different bytes"
+        raise IntegrityError(storage.url_of(rel), f"{reads} reads, {why} (a damaged connection or store?)")
     raise _mismatch(storage, rel, expected, got, reads)
+
+
+def _user_edit(storage, rel: str, data):
+    log.info("%s: changed since prepare (a user edit): used as it is", storage.url_of(rel))
+    return data
 
 
 def download_verified(storage, rel: str, path: str) -> None:

@@ -20,6 +20,7 @@ from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.loader.row_index import default_cache_dir, open_row_index
 from energon_arrow.meta import parse_split_ratio
 from energon_arrow.meta.manifest import MANIFEST_REL, IntegrityError
+from energon_arrow.meta.split import read_split
 from energon_arrow.query import open_dataset
 from energon_arrow.query.sideindex import load_side_index
 from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
@@ -177,3 +178,30 @@ def test_a_damaged_index_sqlite_download_is_done_again(proxy, through, dataset, 
     proxy.inject_for("index.sqlite", *["corrupt_response"] * FAST.attempts)
     with pytest.raises(IntegrityError, match=rf"index.sqlite: differs .* {FAST.attempts} reads"):
         download_verified(through(), rel, str(tmp_path / "b.sqlite"))
+
+
+SPLIT = ".nv-meta/split.yaml"
+
+
+def test_split_yaml_damaged_the_same_way_twice_is_not_taken_for_an_edit(proxy, through, dataset, s3_server):
+    """The proxy flips the same bits on every damaged GET, so two damaged reads agree; on a store whose ETags are
+    MD5s a read is an edit only when its MD5 is the object's ETag, so both are read again."""
+    clean = read_split(open_storage(dataset, s3_server.storage_options))
+    proxy.inject_for("split.yaml", "corrupt_response", "corrupt_response")
+    assert read_split(through()) == clean
+    assert _gets(proxy, "split.yaml") == ["corrupt_response", "corrupt_response", "forwarded"]
+
+
+def test_a_user_edit_of_split_yaml_on_s3_is_used_at_the_first_read(proxy, through, dataset, s3_server):
+    storage = open_storage(dataset, s3_server.storage_options)
+    original = storage.read_bytes(SPLIT)
+    edited = b"split_parts:\n  train: []\n  val:\n    - shards/shard-{000000..000003}.tar\nexclude: []\n"
+    storage.write_atomic(SPLIT, edited)
+    try:
+        with open_dataset(through()) as ds:
+            count = (
+                ds.sql("SELECT count(*) FROM split_samples WHERE split = 'val'").arrow().column(0)[0].as_py()
+            )
+        assert count == 20 and _gets(proxy, "split.yaml") == ["forwarded"]
+    finally:
+        storage.write_atomic(SPLIT, original)
