@@ -13,6 +13,7 @@ from energon_arrow.cli.main import CliError
 
 def token_prefix(dataset: str, options: dict) -> str | None:
     """The prefix of a Megatron token dataset (`PREFIX`, `PREFIX.idx` or `PREFIX.bin`), else None."""
+    from energon_arrow.adapters import StorageError
     from energon_arrow.tokens.indexed import prefix_of, split_prefix
 
     prefix = prefix_of(dataset)
@@ -20,7 +21,12 @@ def token_prefix(dataset: str, options: dict) -> str | None:
         storage, stem = split_prefix(prefix, options)
     except ValueError:  # a folder or a bare bucket: not a token prefix
         return None
-    return prefix if storage.exists(stem + ".idx") and not storage.isdir(stem) else None
+    try:
+        return prefix if storage.exists(stem + ".idx") and not storage.isdir(stem) else None
+    except (
+        StorageError
+    ) as exc:  # the store fails (endpoint, credentials): name what the user gave, not the probe
+        raise type(exc)(dataset.rstrip("/"), exc.reason) from None
 
 
 def write_output(target: str, data: bytes, options: dict) -> None:

@@ -84,3 +84,23 @@ def test_no_credentials_is_the_same_line_in_every_command(s3_root, capsys, monke
     bare = {k: v for k, v in options.items() if k not in ("key", "secret", "token")}
     for command, err in _error_lines(url, bare, capsys).items():
         assert len(err) == 1 and "no usable S3 credentials" in err[0], (command, err)
+
+
+def test_an_endpoint_that_accepts_and_never_answers_is_one_line_naming_the_dataset(capsys, monkeypatch):
+    """A port that takes connections and never answers (a wrong endpoint): every command fails after its retry
+    budget with one line that starts with the dataset's URL (query's probe for a token prefix named `ds.idx`) and
+    says no answer came; the budget and timeouts are the storage options'."""
+    import socket
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    with socket.create_server(("127.0.0.1", 0), backlog=64) as silent:
+        options = {
+            "endpoint_url": f"http://127.0.0.1:{silent.getsockname()[1]}",
+            "read_timeout": 0.3,
+            "retries": 1,
+        }
+        for command, err in _error_lines("s3://b/ds", options, capsys).items():
+            assert len(err) == 1 and err[0].startswith("energon-arrow: error: s3://b/ds"), (command, err)
+            assert not err[0].startswith("energon-arrow: error: s3://b/ds.idx"), (command, err)
+            assert "no answer within the timeout" in err[0], (command, err)
