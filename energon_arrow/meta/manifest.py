@@ -13,7 +13,8 @@ finishes index.sqlite); nothing is read back from the store.
 What is verified (`read_verified`, `check_bytes`): prepare's own files - `.info.json`, `index.uuid`,
 `arrow/shards.parquet` and `arrow/summary.parquet` (read whole), every `<shard>.tar.idx` (where read: lint), and
 the whole of `samples.parquet`/`parts.parquet` where they are read whole (the loader's row index); where they are
-scanned in place (DuckDB queries) only their size (`check_size`). `index.sqlite` is verified where energon-arrow
+scanned in place (DuckDB queries) their size (`check_size`) and, on object stores, every range read against the
+CRC32C of each 1 MiB recorded with them (`RangeCrcs`, meta.verified_ranges). `index.sqlite` is verified where energon-arrow
 downloads it from an object store (`download_verified`: the media metadata lookups); a local one is opened in place
 by SQLite, which reads its pages at random, and is not hashed. User-editable files - `split.yaml`, the dataset yaml,
 `sample_loader.py` - are recorded as of prepare (`"editable"`) and never an error: a read that differs from the
