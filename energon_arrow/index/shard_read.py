@@ -1,45 +1,90 @@
-"""A remote shard read whole for prepare, checked, with the storage option `verify="crc"` (or
-ENERGON_ARROW_VERIFY=crc), against the MD5 its store records (the ETag of an object uploaded in one PUT is the MD5 of
-its bytes): ranged GETs carry no checksum, so without a check a body damaged on its way is indexed as read, and
-prepare publishes the CRC32Cs (and, where headers were hit, the offsets) of the damaged bytes. A mismatch is read
-again (the storage's retry budget), then a StorageError naming the shard. Off by default: the MD5 of every byte
-cost 25-30% of an S3 prepare's throughput on the 2-core development machine (328-335 against 416-487 MiB/s,
-benchmarks/bench_prepare.py, alternating), where the loader's and token readers' checks cost 1-11%.
+"""Remote shards read for prepare, checked, with the storage option `verify="crc"` (or ENERGON_ARROW_VERIFY=crc),
+against the MD5s their store records in the ETag (adapters.etag_md5: one PUT, or a multipart upload of a usual part
+size): ranged GETs carry no checksum, so without a check a body damaged on its way is indexed as read, and prepare
+publishes the CRC32Cs (and, where headers were hit, the offsets) of the damaged bytes. A mismatch is read again
+(the storage's retry budget), then a StorageError naming the shard.
 
-Not covered: objects uploaded in parts (their ETag is an MD5 of the parts' MD5s, `<hex>-<n>`), stores whose ETag is
-no MD5, and shards over `tar.WHOLE_READ_LIMIT`, which prepare streams in windows (docs/reliability.md). Cost: one
-MD5 pass over each shard read whole (hashlib, GIL released; ~0.7 GB/s per core).
+- `read_whole_checked`: a shard up to `tar.WHOLE_READ_LIMIT` read with one GET (the ETag comes with it);
+- `index_streamed_checked`: a larger shard indexed from one sequential stream of windows, each window hashed as the
+  walk passes it (the ETag from one HEAD); the whole shard is indexed again on a mismatch.
+
+Off by default: the MD5 of every byte cost 25-30% of an S3 prepare's throughput on the 2-core development machine
+(328-335 against 416-487 MiB/s, benchmarks/bench_prepare.py, alternating), where the loader's and token readers'
+checks cost 1-11%. Not covered: stores whose ETag is no MD5 (SSE-KMS: every read mismatches, a clear error),
+multipart uploads of another part size (two agreeing reads are taken, with a warning), and large shards that the
+windowed walk cannot index (extension headers: the general walk reads them unchecked).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
+import logging
 
 from energon_arrow.adapters import StorageError
+from energon_arrow.adapters.etag_md5 import EtagMd5
 from energon_arrow.adapters.fetch import fetch_groups
 from energon_arrow.adapters.retry import reread_attempts
+from energon_arrow.tar import index_shard
+from energon_arrow.tar.samples import ShardIndex
 
-_MD5_ETAG = re.compile(r"[0-9a-f]{32}")
+log = logging.getLogger(__name__)
+
+
+def _damaged(storage, rel: str, check: EtagMd5, reads: int) -> StorageError:
+    return StorageError(
+        storage.url_of(rel),
+        f"GET: the bytes read have MD5 {check.got()}, the store records {check.etag} (ETag); damaged on each of "
+        f"{reads} reads",
+    )
+
+
+def _unknown_part_size(storage, rel: str, check: EtagMd5, earlier: str | None) -> bool:
+    if not check.stable(earlier):
+        return False
+    log.warning(
+        "%s: two reads agree but match no usual part size of its multipart ETag %s: not checked",
+        storage.url_of(rel),
+        check.etag,
+    )
+    return True
 
 
 def read_whole_checked(storage, rel: str, size: int):
-    """The `size` bytes of remote shard `rel`, checked against its ETag where that is an MD5 and `verify="crc"`
-    (module docstring)."""
+    """The `size` bytes of remote shard `rel`, checked against its ETag where `verify="crc"` (module docstring)."""
     pins: dict[str, str] = {}
     data = bytes(fetch_groups(storage, [rel], [0], [size], pins)[0])
-    etag = (pins.get(rel) or "").lower()
-    if storage.io_settings.verify != "crc" or not _MD5_ETAG.fullmatch(etag):
+    if storage.io_settings.verify != "crc":
         return data
-    got, reads = hashlib.md5(data).hexdigest(), 1
-    if got == etag:
-        return data
-    for _ in reread_attempts(storage):  # (each attempt after the policy's pause)
-        data = bytes(fetch_groups(storage, [rel], [0], [size], pins)[0])
-        got, reads = hashlib.md5(data).hexdigest(), reads + 1
-        if got == etag:
+    reads, attempts, earlier = 1, reread_attempts(storage), None
+    while True:
+        check = EtagMd5(pins.get(rel), size)
+        if not check.checkable:
             return data
-    raise StorageError(
-        storage.url_of(rel),
-        f"GET: the bytes read have MD5 {got}, the store records {etag} (ETag); damaged on each of {reads} reads",
-    )
+        check.update(data)
+        if check.matches() or _unknown_part_size(storage, rel, check, earlier):
+            return data
+        earlier = check.got()
+        if next(attempts, None) is None:  # (each attempt after the policy's pause)
+            raise _damaged(storage, rel, check, reads)
+        data = bytes(fetch_groups(storage, [rel], [0], [size], pins)[0])
+        reads += 1
+
+
+def index_streamed_checked(storage, rel: str, size: int) -> ShardIndex:
+    """`tar.index_shard` of a remote shard too large to read whole, its bytes checked against its ETag where
+    `verify="crc"` (module docstring)."""
+    if storage.io_settings.verify != "crc":
+        return index_shard(storage, rel, size)
+    etag = storage.stat(rel).etag
+    reads, attempts, earlier = 0, reread_attempts(storage), None
+    while True:
+        check = EtagMd5(etag, size)
+        if not check.checkable:
+            return index_shard(storage, rel, size)
+        result = index_shard(storage, rel, size, observe=check.update)
+        reads += 1
+        # fed less: the general walk read it (not covered)
+        if check.fed != size or check.matches() or _unknown_part_size(storage, rel, check, earlier):
+            return result
+        earlier = check.got()
+        if next(attempts, None) is None:
+            raise _damaged(storage, rel, check, reads)

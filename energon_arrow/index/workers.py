@@ -22,7 +22,7 @@ from energon_arrow.adapters.errors import classify
 from energon_arrow.adapters.publish import put_objects
 from energon_arrow.index.fingerprint import fingerprint_of_bytes, read_fingerprints
 from energon_arrow.index.resume import WorkFolder
-from energon_arrow.index.shard_read import read_whole_checked
+from energon_arrow.index.shard_read import index_streamed_checked, read_whole_checked
 from energon_arrow.meta.tar_index import tar_index_bytes, tar_index_name
 from energon_arrow.tar import TarFormatError, index_bytes, index_shard, reads_whole
 from energon_arrow.tar.samples import ShardIndex
@@ -37,7 +37,11 @@ def index_one(
             data = read_whole_checked(storage, rel, size)
             result = index_bytes(data, storage.url_of(rel))
         else:
-            result = index_shard(storage, rel, size)
+            result = (
+                index_streamed_checked(storage, rel, size)
+                if not storage.is_local
+                else index_shard(storage, rel, size)
+            )
     except TarFormatError as exc:
         return exc
     if data is not None and len(data) == size:

@@ -52,12 +52,23 @@ def _with_crcs(index: ShardIndex, data) -> ShardIndex:
     return index
 
 
+def _observed(windows, observe):
+    for offset, arr in windows:
+        observe(arr)
+        yield offset, arr
+
+
 def reads_whole(storage, size: int) -> bool:
     """Whether `index_shard` reads a shard of `size` bytes with one GET of the whole object (remote, small)."""
     return not storage.is_local and 0 < size <= WHOLE_READ_LIMIT
 
 
-def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 << 20) -> ShardIndex:
+def index_shard(
+    storage, rel: str, size: int | None = None, block_size: int = 8 << 20, observe=None
+) -> ShardIndex:
+    """The index of shard `rel`. `observe(array)`: called with every byte of a remote shard streamed in windows,
+    in order (e.g. to check them against the object's ETag), when the windowed walk indexes it; the general walk
+    (extension headers, odd member types) does not call it."""
     if size is None:
         size = storage.stat(rel).size
     url = storage.url_of(rel)
@@ -70,7 +81,13 @@ def index_shard(storage, rel: str, size: int | None = None, block_size: int = 8 
         return index_bytes(storage.read_range(rel, 0, size), url)  # one GET, no HEAD
     elif not storage.is_local and size > WHOLE_READ_LIMIT and STREAM_WINDOW >= 512:
         with contextlib.closing(stream_windows(storage, rel, STREAM_WINDOW)) as windows:
-            members = scan_windows_fast(windows, size)
+            if observe is None:
+                members = scan_windows_fast(windows, size)
+            else:
+                seen = _observed(windows, observe)
+                members = scan_windows_fast(seen, size)
+                for _ in seen if members is not None else ():  # the padding after the archive's end, too
+                    pass
         if members is not None:
             return build_shard_index(members, url)
         # extension headers, odd types or bad input: the general walk reads the shard again from the start

@@ -113,6 +113,60 @@ def test_a_damaged_shard_read_during_prepare_is_not_published(proxy, root, s3_se
     assert published(root, direct) == reference
 
 
+def _reupload_in_parts(root: str, options: dict, rel: str, part: int) -> None:
+    """Upload `rel` again as a multipart upload of `part`-byte parts (ETag `<md5 of the parts' md5s>-N`)."""
+    import s3fs
+
+    data = open_storage(root, options).read_bytes(rel)
+    fs = s3fs.S3FileSystem(
+        key=options["key"],
+        secret=options["secret"],
+        endpoint_url=options["endpoint_url"],
+        skip_instance_cache=True,
+    )
+    with fs.open(f"{root.removeprefix('s3://')}/{rel}", "wb", block_size=part) as f:
+        for i in range(0, len(data), part):
+            f.write(data[i : i + part])
+    assert (
+        fs.info(f"{root.removeprefix('s3://')}/{rel}")["ETag"]
+        .strip('"')
+        .endswith(f"-{-(-len(data) // part)}")
+    )
+
+
+@pytest.mark.parametrize("how", ["multipart", "streamed"])
+def test_a_damaged_read_of_a_multipart_or_streamed_shard_is_read_again(
+    proxy, root, s3_server, monkeypatch, how
+):
+    """A shard uploaded in 5 MiB parts (ETag `<hex>-2`), and one too large to be read whole (indexed from a stream
+    of windows, each hashed as the walk passes it): a damaged read is detected against the ETag and done again; the
+    files of a fault-free prepare."""
+    from energon_arrow import tar
+
+    direct = s3_server.storage_options
+    if how == "streamed":
+        monkeypatch.setattr(tar, "WHOLE_READ_LIMIT", 16 << 10)
+        write_webdataset(root, shards=2, samples_per_shard=4, image_bytes=20000, storage_options=direct)
+    else:
+        write_webdataset(root, shards=2, samples_per_shard=3, image_bytes=2_000_000, storage_options=direct)
+        rel = next(
+            f for f in open_storage(root, direct).list_files("**/*.tar") if f.endswith("shard-000001.tar")
+        )
+        _reupload_in_parts(root, direct, rel, 5 << 20)
+    prepare(root, direct)
+    reference = published(root, direct)
+    strip_to_shards(root, direct)
+    proxy.reset_counts()
+    proxy.inject_for("shard-000001.tar", "corrupt_response")
+    try:
+        prepare(root, through(proxy, verify="crc"))
+    finally:
+        faulted = proxy.faulted()
+        proxy.reset_counts()
+    assert faulted == {"corrupt_response": 1}
+    assert published(root, direct) == reference
+
+
 def test_a_shard_damaged_on_every_read_is_a_clear_error(proxy, root, s3_server):
     """The same shard damaged on each of prepare's reads: one error naming it, its MD5 and ETag and the reads;
     nothing published."""
