@@ -58,6 +58,12 @@ def root(tmp_path_factory):
         "      - repetitions: 1.5\n        path: ds\n      - repetitions: 1\n        path: ds\n"
         "        split_part: val\n"
     )
+    (base / "subset.yaml").write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        "      - weight: 2\n        path: ds\n        subset: {range: [10%, 80%]}\n"
+        "      - weight: 1\n        path: ds\n        split_part: val\n        subset: {range: [3, 30]}\n"
+        "  val:\n    blend:\n      - weight: 1\n        path: ds\n        subset: {range: [20%, 90%]}\n"
+    )
     return base
 
 
@@ -78,13 +84,15 @@ def _train(mod, path, batches: int, rank=0, world=1, workers=0, **kw):
     return len(ds), keys
 
 
-def _val(mod, path, rank=0, world=1, workers=0, **kw):
+def _val(mod, path, rank=0, world=1, workers=0, with_index=False, **kw):
     wc = mod.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
     ds = mod.get_val_dataset(
         str(path), worker_config=wc, batch_size=kw.pop("batch", 4), task_encoder=_TE(mod).te, **kw
     )
-    keys = [tuple(b.__key__) for b in mod.get_loader(ds)]
-    return len(ds), keys
+    batches = list(mod.get_loader(ds))
+    keys = [tuple(b.__key__) for b in batches]
+    index = [tuple(s[0].index for s in b.__sources__) for b in batches] if with_index else None
+    return len(ds), keys, index
 
 
 def _excluded_keys() -> set[str]:
@@ -120,6 +128,7 @@ VAL = [
     dict(workers=3, rank=1, world=2),
     dict(workers=2, rank=0, world=2, batch=3),
     dict(workers=2, limit=3),
+    dict(workers=2, with_index=True),
 ]
 
 
@@ -136,3 +145,13 @@ def test_blend_epochized_with_sample_excludes_same_batches_as_energon(root, work
     ours = _train(ea, root / "epochized.yaml", 10**6, **dict(kw))
     ref = _train(energon, root / "epochized.yaml", 10**6, **dict(kw))
     assert ours == ref
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_subset_with_sample_excludes_same_batches_as_energon(root, workers):
+    kw = dict(shuffle_buffer_size=4, max_samples_per_sequence=4, workers=workers, world=2, rank=1)
+    assert _train(ea, root / "subset.yaml", 60, **dict(kw)) == _train(
+        energon, root / "subset.yaml", 60, **dict(kw)
+    )
+    val = dict(workers=workers, with_index=True)
+    assert _val(ea, root / "subset.yaml", **dict(val)) == _val(energon, root / "subset.yaml", **dict(val))
