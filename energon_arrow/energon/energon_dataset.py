@@ -225,7 +225,8 @@ def build_dataset(
     # energon slices, shuffles and counts in len() like the others and skips as it reads them (`gaps`)
     sizes = [s.energon_len() for s in sources]
     gaps = [s.excluded if s.has_excluded() else None for s in sources]
-    ds.counts_excluded = any(g is not None for g in gaps)
+    # energon's order: len() is energon's, which counts them (sample_order="global": the batches of a pass)
+    ds.counts_excluded = any(g is not None for g in gaps) and (sample_order == "energon" or mode == "val")
     # energon rotates the workers over the datasets by their factories' lengths: the split's shards, whole
     rotation = [factory_len(s) for s in sources]
     # what energon's pipeline for this call holds (its config(), energon/pipeline_config.py): per dataset, per
