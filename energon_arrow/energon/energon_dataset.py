@@ -51,6 +51,8 @@ class EnergonDataset(BatchDataset):
 
     #: (timeout, initial timeout, fail_on_timeout) of the watchdog, set by the loader; timeout None: off
     watchdog: tuple = (None, None, False)
+    #: a source has samples excluded one by one: energon's len() counts them, unlike this dataset's passes
+    counts_excluded: bool = False
     #: builds energon's savable pipeline with the same arguments (set by energon/energon_api.py); None: none
     pipeline_recipe: Any = None
     _pipeline: Any = None
@@ -111,9 +113,10 @@ class EnergonDataset(BatchDataset):
     def __len__(self) -> int:
         """Batches (samples when unbatched) this rank yields in one pass of a finite dataset (val, or train with
         repeat=False) whenever that is known in advance; otherwise (an endless train dataset, grouped batches,
-        generator hooks, packing) energon's len(), computed as energon computes it (packing: as if unpacked)."""
+        generator hooks, packing) energon's len(), computed as energon computes it (packing: as if unpacked). With
+        samples excluded one by one (split.yaml), energon's len() counts them too: then that, as energon's."""
         h = self.hooks
-        if self.limit is None or h.group_fn is not None or h.generates or h.packing:
+        if self.limit is None or h.group_fn is not None or h.generates or h.packing or self.counts_excluded:
             return self.energon_len
         n = self.rank_length()
         return n if self.batch_limit is None else min(n, self.batch_limit)
@@ -218,7 +221,12 @@ def build_dataset(
     ds.worker_config, ds.mode = worker_config, mode
     ds.batch_size, ds.batch_drop_last = batch_size, batch_drop_last
     ds.batch_limit = limit if limit is not None and limit > 0 else None
-    sizes = [len(s) for s in sources]
+    # energon's index space of each dataset: its rows plus the samples split.yaml excludes one by one, which
+    # energon slices, shuffles and counts in len() like the others and skips as it reads them (`gaps`)
+    sizes = [s.energon_len() for s in sources]
+    gaps = [s.excluded if s.has_excluded() else None for s in sources]
+    # energon's order: len() is energon's, which counts them (sample_order="global": the batches of a pass)
+    ds.counts_excluded = any(g is not None for g in gaps) and (sample_order == "energon" or mode == "val")
     # energon rotates the workers over the datasets by their factories' lengths: the split's shards, whole
     rotation = [factory_len(s) for s in sources]
     # what energon's pipeline for this call holds (its config(), energon/pipeline_config.py): per dataset, per
@@ -226,7 +234,7 @@ def build_dataset(
     # max_samples_per_sequence (val: energon's factories get the metadataset's multipliers only)
     ds.slice_offsets = worker_slice_offsets(
         sizes,
-        [s.shard_runs()[0] for s in sources],
+        [s.energon_shard_bounds() for s in sources],
         worker_config.rank,
         worker_config.world_size,
         worker_config.num_workers,
@@ -249,6 +257,7 @@ def build_dataset(
             drop_last=ds.settings.drop_last,
             limit=None if stream else ds.batch_limit,
             rotation_sizes=rotation,
+            gaps=gaps,
         )
     elif sample_order == "energon":  # energon's training order, per worker (energon/train_order.py)
         ds.schedule = train_schedule(
@@ -263,6 +272,7 @@ def build_dataset(
             repeat=ds.settings.repeat,
             shuffle_buffer=ds.settings.shuffle_buffer,
             drop_last=ds.settings.drop_last,
+            gaps=gaps,
         )
     if sample_order == "energon" or mode == "val":
         ds.settings.slice_workers = max(1, worker_config.num_workers)

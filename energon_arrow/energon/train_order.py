@@ -10,6 +10,11 @@ stages, each with its own random generator seeded with the worker's seed (energo
   finite blend stops drawing from a dataset once it is exhausted), ShuffleBufferDataset (a random pop from a
   buffer of `shuffle_buffer_size`).
 
+The slices, sequences and draws are over energon's index space of a dataset, which keeps the samples the split.yaml
+excludes one by one (`exclude: [<shard>/<key>]`); energon's sample loader reads an excluded sample like any other
+(its draw and its place in the sequence are spent) and skips it, so the later stages never see it. `SampleLoader`
+does the same with the dataset's `gaps` (SplitSource.excluded) and gives the kept samples as split rows.
+
 energon's generator is a torch CPU Generator (MT19937); numpy's MT19937 with legacy seeding yields the same
 32-bit words, and torch derives its draws from them with fixed formulas (a float is the word's low 24 bits over
 2^24, randint(n) is word % n, randperm is Fisher-Yates with word % (n - i)). So the draws are made here in bulk
@@ -29,6 +34,7 @@ import torch
 
 from energon_arrow.energon.energon_len import rotation_offsets, worker_ranges
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.split_rows import kept_rows
 
 EMPTY = np.zeros(0, np.int64)
 BLOCK = 4096  # draws made at once when nothing forces fewer
@@ -158,10 +164,25 @@ ROW_MASK = (1 << ROW_BITS) - 1
 class SampleLoader:
     """energon's sample loader of one worker over one dataset (`offsets`: its sequence boundaries). An iteration
     left right after its last row (a fractional repetition stops there) ends the epoch only when the next
-    iteration begins, which then yields nothing, as energon's generator does."""
+    iteration begins, which then yields nothing, as energon's generator does.
 
-    def __init__(self, owner: int, offsets: Sequence[int], over_epochs: int | None, parallel: int, seed: int):
+    `gaps`: the dataset's excluded samples in energon's index space (the offsets' space); each block of positions
+    read is cut down to its kept ones, as split rows, held in `kept` until asked for. An iteration left right after
+    its last kept row (only excluded ones after it) also ends the epoch when the next one begins."""
+
+    def __init__(
+        self,
+        owner: int,
+        offsets: Sequence[int],
+        over_epochs: int | None,
+        parallel: int,
+        seed: int,
+        gaps: np.ndarray | None = None,
+    ):
         self.tag = np.int64(owner << ROW_BITS)
+        self.gaps = gaps if gaps is not None and len(gaps) else None
+        self.kept, self.kept_at = EMPTY, 0  # kept rows of this epoch read ahead, the next one to give
+        self.ended = False  # the positions of this epoch are all read (those in `kept` still to give)
         self.offsets = [int(o) for o in offsets]
         self.slices = len(offsets) - 1
         self.over, self.parallel = over_epochs, max(1, int(parallel))
@@ -192,6 +213,12 @@ class SampleLoader:
     def begin(self) -> bool:
         if self.slices < 1:
             return False
+        if self.gaps is not None:
+            if self.kept_at < len(self.kept):  # resuming the epoch
+                return True
+            if self.ended:  # its last kept row was given: this iteration ends the epoch
+                self.ended = False
+                return False
         if self.state == "left":
             self.state = "fresh"
             return False
@@ -209,6 +236,27 @@ class SampleLoader:
         self.probs[s] = self.end[s] - self.cur[s]
 
     def read(self, n: int) -> np.ndarray:
+        if self.gaps is None:
+            return self._positions(n) | self.tag
+        out, need = [], n
+        while need > 0:
+            if self.kept_at < len(self.kept):
+                part = self.kept[self.kept_at : self.kept_at + need]
+                self.kept_at += len(part)
+                need -= len(part)
+                out.append(part)
+                continue
+            if self.ended:  # the epoch's last kept row was given: this read ends it
+                self.ended = False
+                break
+            m = max(need, BLOCK)
+            positions = self._positions(m)
+            self.ended = len(positions) < m
+            self.kept, self.kept_at = kept_rows(self.gaps, positions) | self.tag, 0
+        return np.concatenate(out) if out else EMPTY
+
+    def _positions(self, n: int) -> np.ndarray:
+        """Up to n positions of the epoch in energon's index space (fewer: the epoch ended)."""
         if self.state != "epoch":
             self.state = "fresh"
             return EMPTY
@@ -242,7 +290,7 @@ class SampleLoader:
                 self._refill(int(chosen[at]))
         if not self.probs.any():  # all rows given: a further read in this iteration ends the epoch
             self.state = "left" if need == 0 else "fresh"
-        return np.concatenate(out) | self.tag if out else EMPTY
+        return np.concatenate(out) if out else EMPTY
 
 
 class Repeat:
@@ -255,6 +303,7 @@ class Repeat:
         self.len_worker = inner.len_worker if repeats is None else int(inner.len_worker * repeats)
         self.rep = self.index = 0
         self.active = False  # inside an iteration of the inner stage
+        self.idle = 0  # iterations in a row that yielded nothing (all of a worker's samples excluded)
 
     def has_samples(self) -> bool:
         return self.inner.has_samples()
@@ -279,6 +328,11 @@ class Repeat:
                 continue
             self.active = True
             items = self.inner.read(need if stop is None else min(need, stop - self.index))
+            self.idle = 0 if len(items) else self.idle + (self.index == 0)
+            if self.repeats is None and self.idle > 2:  # energon would loop forever here, yielding nothing
+                raise LoaderError(
+                    "Cannot repeat empty dataset indefinitely (a worker's samples are all excluded by split.yaml)"
+                )
             out.append(items)
             need -= len(items)
             self.index += len(items)

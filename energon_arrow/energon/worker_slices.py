@@ -8,6 +8,10 @@ takes one batch from each worker in turn (torch's DataLoader order, skipping wor
   (energon/train_order.py: its sequences shuffled per epoch, read `parallel_shard_iters` at a time, repeated,
   blended, shuffled in a buffer), endless unless `repeat=False`.
 
+Both count in energon's index space of each dataset, which keeps the samples split.yaml excludes one by one
+(`gaps`, SplitSource.excluded): energon slices and shuffles it as is and skips those samples as it reads them, so a
+worker's stream is its share of that space minus them, given as split rows.
+
 A worker's stream is cut into batches of `batch_size` (its last batch partial, or dropped with `drop_last`).
 `WorkerSchedule.slots(b)` gives the (source, row) of the samples of this rank's b-th batch, like
 BatchSchedule.slots gives those of the global batches; `worker_of(b)` the worker that forms it.
@@ -33,6 +37,7 @@ from energon_arrow.energon.train_order import (
     ShuffleBuffer,
 )
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.split_rows import rows_before
 
 
 class SegmentStream:
@@ -188,9 +193,15 @@ def val_schedule(
     drop_last: bool = False,
     limit: int | None = None,
     rotation_sizes: list[int] | None = None,
+    gaps: list | None = None,
 ) -> WorkerSchedule:
+    """`sizes`: each dataset's positions in energon's index space; `gaps`: each one's excluded samples there (None:
+    none). A worker's slice of a dataset is a range of positions, so its kept samples are a range of rows."""
     rotations = rotation_offsets(rotation_sizes or sizes, world_size, num_workers)
     ranges = [worker_ranges(n, rank, world_size, num_workers, rot) for n, rot in zip(sizes, rotations)]
+    for d, g in enumerate(gaps or ()):
+        if g is not None and len(g):
+            ranges[d] = [(int(rows_before(g, a)), int(rows_before(g, b))) for a, b in ranges[d]]
     streams = [
         SegmentStream([(d, *ranges[d][w]) for d in range(len(sizes))]) for w in range(max(1, num_workers))
     ]
@@ -209,10 +220,15 @@ def train_pipeline(
     repetitions: list[float] | None,
     repeat: bool,
     shuffle_buffer: int | None,
+    gaps: list | None = None,
 ):
     """The stages energon's `build_train_datasets` chains for worker w (`offsets`: per dataset, per worker, its
-    sequence boundaries; a blend's `weights` or a blend_epochized's `repetitions`, else neither)."""
-    loaders = [SampleLoader(d, offsets[d][w], over_epochs[d], parallel, seed) for d in range(len(sizes))]
+    sequence boundaries in energon's index space; `sizes`: each dataset's positions there; `gaps`: each one's
+    excluded samples there; a blend's `weights` or a blend_epochized's `repetitions`, else neither)."""
+    gaps = gaps or [None] * len(sizes)
+    loaders = [
+        SampleLoader(d, offsets[d][w], over_epochs[d], parallel, seed, gaps[d]) for d in range(len(sizes))
+    ]
     if weights is not None or (repetitions is None and repeat):  # DATASET_WEIGHT, or NONE repeating each
         stages = [Repeat(loader, None) for loader in loaders]
         mix = [1.0] * len(sizes) if weights is None else [float(x) for x in weights]
@@ -242,9 +258,11 @@ def train_schedule(
     repeat: bool,
     shuffle_buffer: int | None,
     drop_last: bool = False,
+    gaps: list | None = None,
 ) -> WorkerSchedule:
     """This rank's training batches in energon's order (see the module docstring; `offsets`: per dataset, per
-    worker of the rank, its sequence boundaries, train_order.worker_slice_offsets)."""
+    worker of the rank, its sequence boundaries, train_order.worker_slice_offsets; `sizes`, `offsets` in energon's
+    index space, `gaps`: each dataset's excluded samples there)."""
     wc = worker_config
     workers = max(1, wc.num_workers)
     common = dict(
@@ -256,6 +274,7 @@ def train_schedule(
         repetitions=repetitions,
         repeat=repeat,
         shuffle_buffer=shuffle_buffer,
+        gaps=gaps,
     )
 
     def builder(w: int):
@@ -267,7 +286,7 @@ def train_schedule(
     lengths = (
         None
         if endless
-        else [finite_length([o[w] for o in offsets], over_epochs, repetitions) for w in range(workers)]
+        else [finite_length([o[w] for o in offsets], over_epochs, repetitions, gaps) for w in range(workers)]
     )
     return WorkerSchedule(streams, lengths, batch_size, drop_last)
 
@@ -293,14 +312,19 @@ class WorkerIndex:
         return w, seed, batch_index, first + slot * n
 
 
-def finite_length(offsets: list[list[int]], over_epochs: list, repetitions: list[float] | None) -> int:
+def finite_length(
+    offsets: list[list[int]], over_epochs: list, repetitions: list[float] | None, gaps: list | None = None
+) -> int:
     """Samples a worker yields in one finite training pass (repeat=False): each dataset's epoch (k passes over its
-    sequences with shuffle_over_epochs k) once, or `repetitions` times with the last pass cut at
-    floor(len_worker * frac), as energon's RepeatDataset counts; a blend of finite datasets yields them all."""
+    sequences with shuffle_over_epochs k, less the excluded samples, `gaps`) once, or `repetitions` times with
+    the last pass cut at floor(len_worker * frac), len_worker counting the excluded samples, as energon's
+    RepeatDataset counts; a blend of finite datasets yields them all."""
     total = 0
     for d, o in enumerate(offsets):
         n = o[-1] - o[0]
-        epoch = n * (1 if over_epochs[d] is None else over_epochs[d])
+        g = None if gaps is None else gaps[d]
+        kept = n if g is None or not len(o) else int(rows_before(g, o[-1]) - rows_before(g, o[0]))
+        epoch = kept * (1 if over_epochs[d] is None else over_epochs[d])
         r = None if repetitions is None else repetitions[d]
         if r in (None, 1):
             total += epoch

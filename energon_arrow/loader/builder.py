@@ -11,9 +11,12 @@ import itertools
 import types
 from typing import Any
 
+import numpy as np
+
 from energon_arrow.adapters import Storage
 from energon_arrow.epathlib import EPath
 from energon_arrow.loader.errors import LoaderError
+from energon_arrow.loader.split_rows import positions_of
 from energon_arrow.meta import DatasetYaml
 from energon_arrow.samples.decoders import PartDecoder
 from energon_arrow.samples.fieldmap import FieldMap
@@ -49,6 +52,9 @@ class SampleBuilder:
     #: the split position of the source's row 0 (`SplitSource.row_offset`, set by `SplitSource.new_builder`):
     #: added to the rows given as `split_index` to make energon's `SourceInfo.index`
     index_offset = 0
+    #: the source's excluded samples in energon's index space (`SplitSource.excluded`): energon's index of a row
+    #: counts them (None: none)
+    index_gaps = None
 
     def __init__(
         self,
@@ -101,7 +107,10 @@ class SampleBuilder:
         split (`split_indices`: rows of the source, shifted by `index_offset`) and the member names of
         `part_names`."""
         root = self.dataset_path
-        if self.index_offset:
+        if self.index_gaps is not None:
+            rows = np.asarray(split_indices, np.int64)
+            split_indices = (positions_of(self.index_gaps, rows) + self.index_offset).tolist()
+        elif self.index_offset:
             split_indices = [i + self.index_offset for i in split_indices]
         # the member names column by column, zipped into one tuple per sample; tuple.__new__ skips the named
         # tuple's Python __new__ (half the time of SourceInfo(...) for a batch)

@@ -47,6 +47,7 @@ def take_rows(src: SplitSource, rows: np.ndarray) -> SplitSource:
         else {k: (np.asarray(o[rows]), np.asarray(z[rows])) for k, (o, z) in src.parts.items()},
         _key_maps=[],
         rowmap=None,
+        excluded=None,  # the taken rows are their own index space (energon's join drops excluded samples)
     )
 
 

@@ -26,7 +26,15 @@ from energon_arrow.adapters import Storage, open_storage
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.row_index import RowIndex, open_row_index
 from energon_arrow.loader.shard_check import ShardCheck, check_listed
-from energon_arrow.loader.split_rows import MappedColumn, MappedKeys, RowMap, split_row_map
+from energon_arrow.loader.split_rows import (
+    MappedColumn,
+    MappedKeys,
+    RowMap,
+    excluded_positions,
+    positions_of,
+    rows_before,
+    split_row_map,
+)
 from energon_arrow.meta import DatasetYaml
 
 _SHARD_PATH_COLUMNS = ("shard_path", "shard", "path")
@@ -51,7 +59,8 @@ class SplitSource:
     rowmap: RowMap | None = None  # the split's runs of row-index rows when the columns are MappedColumns
     shard_check: ShardCheck | None = None  # local shards: identity checked at first read (shard_check.py)
     #: the split position of row 0 (a metadataset subset starts inside the split; `subset` moves it): a sample's
-    #: `SourceInfo.index` is its position in the split, as energon's
+    #: `SourceInfo.index` is its position in the split, as energon's. With `excluded` samples: energon's index of
+    #: position 0 of this source's index space (see `excluded`)
     row_offset: int = 0
     #: part name -> CRC32C of each dataset row's payload (the row index's crc files, read through `rowmap`); None:
     #: the dataset records no checksums (loader/verify_crc.py)
@@ -65,9 +74,32 @@ class SplitSource:
     #: the metadataset `subset:` this source was cut with, as energon's factories report it (`{"range": ...,
     #: "absolute_range": ...}`, metadataset/subset.py `energon_config`); None: no subset
     subset_config: dict | None = None
+    #: the split.yaml's excluded samples (`<shard>/<key>`) that lie in this source, as energon 7.4.1 counts them:
+    #: sorted positions in energon's index space of the source (its rows in order with those samples put back;
+    #: position p is energon's sample index row_offset + p). energon's worker slices, shuffling and len() count
+    #: them, its sample loader skips them as it reads them (energon/train_order.py, worker_slices.py); None or
+    #: empty: none (then positions are rows)
+    excluded: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.shard_id)
+
+    def has_excluded(self) -> bool:
+        return self.excluded is not None and len(self.excluded) > 0
+
+    def energon_len(self) -> int:
+        """The positions of this source in energon's index space: its rows plus its excluded samples."""
+        return len(self) + (len(self.excluded) if self.excluded is not None else 0)
+
+    def energon_shard_bounds(self) -> np.ndarray:
+        """The shard boundaries inside this source in energon's index space (where energon cuts its worker slices
+        into sequences): the split's shards by their .info.json sample counts (sources with `excluded` samples,
+        which are opened from a split); otherwise the starts of the runs of rows of one shard."""
+        if not self.has_excluded() or not self.split_shards:
+            return self.shard_runs()[0]
+        counts = [count for _name, count in self.split_shards]
+        bounds = np.cumsum([0] + counts, dtype=np.int64) - self.row_offset
+        return bounds[(bounds > 0) & (bounds < self.energon_len())]
 
     def new_builder(self, decoder, trust_remote_code: bool = False, subflavors: dict | None = None):
         """The sample builder of this source (its own class for JSONL and joined sources); `subflavors`: those
@@ -82,6 +114,8 @@ class SplitSource:
             trust_remote_code,
         )
         builder.index_offset = self.row_offset
+        if self.has_excluded():  # SourceInfo.index is energon's index, which counts the excluded samples
+            builder.index_gaps = self.excluded
         return builder
 
     @classmethod
@@ -151,8 +185,30 @@ class SplitSource:
         starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
         return starts, np.diff(np.r_[starts, len(sid)])
 
+    def energon_subset(self, start: int, end: int) -> SplitSource:
+        """Positions [start, end) of energon's index space (`excluded`; rows when there are none): the rows in it,
+        with its excluded samples (energon cuts a metadataset `subset` out of its index space)."""
+        if not self.has_excluded():
+            return self.subset(start, end)
+        gaps = self.excluded
+        out = self.subset(int(rows_before(gaps, start)), int(rows_before(gaps, end)))
+        out.excluded = gaps[(gaps >= start) & (gaps < end)] - start
+        out.row_offset = self.row_offset + start
+        return out
+
     def subset(self, start: int, end: int) -> SplitSource:
-        """Rows [start, end) of the table (metadataset `subset` ranges)."""
+        """Rows [start, end) of the table (metadataset `subset` ranges); with `excluded` samples, those between
+        the two rows stay in the subset's index space."""
+        if self.has_excluded():
+            lo = int(positions_of(self.excluded, start))
+            hi = int(positions_of(self.excluded, end - 1)) + 1 if end > start else lo
+            out = self._rows(start, end)
+            out.excluded = self.excluded[(self.excluded >= lo) & (self.excluded < hi)] - lo
+            out.row_offset = self.row_offset + lo
+            return out
+        return self._rows(start, end)
+
+    def _rows(self, start: int, end: int) -> SplitSource:
         if self.rowmap is not None:
             rowmap = self.rowmap.slice(start, end)
             return dataclasses.replace(
@@ -238,7 +294,8 @@ def open_split(
     published = side.source in ("parquet", "index.sqlite (converted, published)")
     tables = {k: v for k, v in side.tables.items() if k != "shards"}
     index = open_row_index(storage, shards, tables, published)
-    rowmap = split_row_map(index, mine["shard_id"].to_numpy().astype(np.int64), excluded)
+    gaps: list = []
+    rowmap = split_row_map(index, mine["shard_id"].to_numpy().astype(np.int64), excluded, gaps)
     del side
     _trim_heap()
     src = mapped_source(
@@ -248,6 +305,7 @@ def open_split(
     src.shard_check = check
     src.split_shards = [(p, info.shard_counts[p]) for p in mine["path"].to_pylist()]
     src.sample_excludes = sorted({e for e in config.exclude if "/" in e})
+    src.excluded = excluded_positions(gaps)
     return src
 
 

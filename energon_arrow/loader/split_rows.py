@@ -180,20 +180,29 @@ class MappedKeys:
         return self.to_arrow().cast(target)
 
 
-def split_row_map(index: RowIndex, shard_ids: np.ndarray, excluded: dict[int, list[str]]) -> RowMap:
+def split_row_map(
+    index: RowIndex, shard_ids: np.ndarray, excluded: dict[int, list[str]], gaps: list | None = None
+) -> RowMap:
     """The runs of a split: `shard_ids` in split order (excluded shards already removed); `excluded`: shard id ->
-    keys of excluded samples (matched within that shard; keys it lacks match nothing)."""
+    keys of excluded samples (matched within that shard; keys it lacks match nothing). `gaps`, a list, gets the
+    positions of the excluded samples in energon's index space of the split (its shards' samples in split order,
+    excluded samples included: `excluded_positions`), one array per shard with exclusions."""
     shard_ids = np.asarray(shard_ids, np.int64)
     starts = np.asarray(index.shard_starts)
     first, count, shard = [starts[shard_ids]], [starts[shard_ids + 1] - starts[shard_ids]], [shard_ids]
     if excluded:
         keys = index.keys()
         cut = np.isin(shard_ids, np.fromiter(excluded, np.int64, len(excluded)))
+        # energon's index of each shard's first sample: the samples of the split's shards before it
+        full_start = np.r_[0, np.cumsum(count[0])][:-1][cut]
         pieces = []  # per excluded-from shard: its runs between the excluded samples
-        for s in shard_ids[cut].tolist():
+        for s, base in zip(shard_ids[cut].tolist(), full_start.tolist()):
             lo, hi = int(starts[s]), int(starts[s + 1])
             hit = pc.is_in(keys.slice(lo, hi - lo), value_set=pa.array(excluded[s], pa.large_string()))
-            gone = np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + lo
+            gone = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+            if gaps is not None:
+                gaps.append(gone + base)
+            gone += lo
             a = np.r_[lo, gone + 1]
             b = np.r_[gone, hi]
             pieces.append((a, b - a, np.full(len(a), s, np.int64)))
@@ -223,3 +232,33 @@ def _segments(cut: np.ndarray, first: np.ndarray, count: np.ndarray, shard: np.n
     edges = np.flatnonzero(np.r_[True, cut[1:] != cut[:-1], True])
     for a, b in zip(edges[:-1].tolist(), edges[1:].tolist()):
         yield not cut[a], first[a:b], count[a:b], shard[a:b]
+
+
+# ---- energon's index space of a split with excluded samples ------------------------------------------------------
+# energon 7.4.1 keeps a split's excluded samples (split.yaml `exclude: [<shard>/<key>]`) in its index: its worker
+# slices, sequence shuffling and len() count them, and its sample loader skips them as it reads them. `gaps` (sorted
+# int64) are their positions in that index space (0: the source's first position); a split row is the number of
+# kept positions before it. All three maps are one binary search per element.
+
+
+def excluded_positions(gaps: list) -> np.ndarray:
+    """The sorted positions of `split_row_map`'s `gaps` arrays, as one array."""
+    return np.unique(np.concatenate(gaps)) if gaps else np.zeros(0, np.int64)
+
+
+def rows_before(gaps: np.ndarray, positions):
+    """The kept positions (split rows) before each of `positions` in energon's index space."""
+    return positions - np.searchsorted(gaps, positions, side="left")
+
+
+def kept_rows(gaps: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The split rows of the kept ones of `positions` (energon's index space), in their order."""
+    at = np.searchsorted(gaps, positions, side="left")
+    hit = np.take(gaps, np.minimum(at, len(gaps) - 1)) == positions if len(gaps) else np.zeros(len(at), bool)
+    return (positions - at)[~hit]
+
+
+def positions_of(gaps: np.ndarray, rows):
+    """energon's index of split rows `rows` (the inverse of `kept_rows`)."""
+    shift = gaps - np.arange(len(gaps), dtype=np.int64)  # the kept positions before each excluded one
+    return rows + np.searchsorted(shift, rows, side="right")

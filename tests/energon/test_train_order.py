@@ -65,3 +65,45 @@ def test_fractional_repeat_and_shuffle_buffer_keep_the_counts():
     out = np.concatenate([stage.read(4) for _ in range(6)])
     assert len(out) == 15 == finite_length([offsets], [1], [1.5])
     assert sorted(np.bincount(out, minlength=10).tolist()) == [1] * 5 + [2] * 5
+
+
+def test_excluded_positions_are_drawn_and_skipped_and_the_rest_are_split_rows():
+    plain = SampleLoader(0, [0, 4, 9, 15], 1, 2, 7)
+    assert plain.begin()
+    positions = plain.read(15)
+    # excluded samples (positions in energon's index space): the epoch's last one drawn and three more
+    gaps = np.unique([0, 4, 5, positions[-1]])
+    assert len(gaps) == 4
+    skipping = SampleLoader(0, [0, 4, 9, 15], 1, 2, 7, gaps)
+    assert skipping.begin()
+    kept = positions[~np.isin(positions, gaps)]
+    rows = np.concatenate([skipping.read(k) for k in (3, 3, 3, 2)])  # small reads, across the read-ahead
+    assert np.array_equal(rows, kept - np.searchsorted(gaps, kept))  # same draws, kept ones as split rows
+    assert sorted(rows.tolist()) == list(range(11))
+    # the last kept row was given, only an excluded one after it: the next iteration ends the epoch, empty
+    assert skipping.begin() is False
+    assert skipping.begin() and len(skipping.read(100)) == 11
+    assert finite_length([[0, 4, 9, 15]], [1], None, [gaps]) == 11
+    assert finite_length([[0, 4, 9, 15]], [1], [1.5], [gaps]) == 11 + 7  # the last pass: floor(15 * 0.5)
+
+
+def test_split_rows_and_energon_positions_map_both_ways():
+    from energon_arrow.loader.split_rows import kept_rows, positions_of, rows_before
+
+    gaps = np.array([0, 4, 5, 14])
+    kept = np.setdiff1d(np.arange(16), gaps)
+    assert kept_rows(gaps, np.arange(16)).tolist() == list(range(12))
+    assert np.array_equal(positions_of(gaps, np.arange(12)), kept)
+    assert rows_before(gaps, np.array([0, 1, 4, 6, 15, 16])).tolist() == [0, 0, 3, 3, 11, 12]
+    assert kept_rows(np.zeros(0, np.int64), np.array([3, 1])).tolist() == [3, 1]
+
+
+def test_an_endless_repeat_of_a_worker_with_only_excluded_samples_is_an_error():
+    import pytest
+
+    from energon_arrow.loader.errors import LoaderError
+
+    stage = Repeat(SampleLoader(0, [0, 3], 1, 2, 7, np.array([0, 1, 2])), None)
+    stage.begin()
+    with pytest.raises(LoaderError, match="excluded"):
+        stage.read(5)

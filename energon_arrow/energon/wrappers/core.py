@@ -37,10 +37,11 @@ READ_CHUNK = 32  # samples planned and read together
 class WorkerSlices:
     """energon's sample-loader stage of one dataset as code walking energon's pipeline (`ds.dataset...`) sees it:
     `workers_slice_offsets` (per worker of the rank, its sequence boundaries: energon's split, cut at shard
-    boundaries and every `max_samples_per_sequence` samples) and `len()` (the rank's samples)."""
+    boundaries and every `max_samples_per_sequence` samples) and `len()` (the rank's samples), both in energon's
+    index space (`offsets` there: it counts the samples split.yaml excludes one by one, SplitSource.excluded)."""
 
     def __init__(self, source: SplitSource, offsets: list[int], max_samples_per_sequence: int | None):
-        bounds = source.shard_runs()[0]
+        bounds = source.energon_shard_bounds()
         self.workers_slice_offsets = [
             slice_offsets(a, b, bounds, max_samples_per_sequence) for a, b in zip(offsets, offsets[1:])
         ]
@@ -85,12 +86,18 @@ class SampleDataset(SavableDataset):
         self._reader: SampleReader | None = None
         self._columns: SourceColumns | None = None  # per-chunk index gathers (made on first use, per process)
         self._shard_rows: dict[int, tuple[int, int]] | None = None
+        self._energon_offsets = self.offsets
+        if source.has_excluded():  # energon's split of its index space, for `dataset`
+            wc = worker_config
+            self._energon_offsets = worker_offsets(
+                0, source.energon_len(), wc.rank, wc.world_size, wc.num_workers, worker_rotation_offset
+            )
         self.reset_state_own()
 
     @property
     def dataset(self) -> WorkerSlices:
         """energon's sample-loader stage under this one (see WorkerSlices)."""
-        return WorkerSlices(self.source, self.offsets, self.max_samples_per_sequence)
+        return WorkerSlices(self.source, self._energon_offsets, self.max_samples_per_sequence)
 
     def reset_state_own(self) -> None:
         self._epoch = 0
