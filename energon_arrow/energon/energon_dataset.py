@@ -14,10 +14,9 @@ from typing import Any
 import torch
 
 from energon_arrow.energon.debug_log import worker_batches_logged
-from energon_arrow.energon.energon_len import energon_length
+from energon_arrow.energon.energon_len import energon_length, worker_slice_offsets
 from energon_arrow.energon.factory_config import factory_len
 from energon_arrow.energon.restore_sample import tag_chunk_item
-from energon_arrow.energon.train_order import worker_slice_offsets
 from energon_arrow.energon.watchdog import Watchdog
 from energon_arrow.energon.worker_config import WorkerConfig
 from energon_arrow.energon.worker_send import sendable

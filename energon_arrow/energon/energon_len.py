@@ -5,11 +5,16 @@ each, the N % W remainder going to the workers picked by a generalized bit-rever
 of the datasets before it), and a rank's length is the sum over its workers of what each worker's pipeline yields:
 ceil (floor with drop_last) of its samples over the batch size, its samples when unbatched or grouped (energon's
 upper bound), `virtual_epoch_length` split over the workers when set, `min(limit, ...)` for a val limit.
+
+Also each worker's sequences (`worker_slice_offsets`, `slice_offsets`): its range cut at shard boundaries and every
+`max_samples_per_sequence` samples, as energon's `workers_slice_offsets` does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
 
 
 def bit_reversal_order(n: int) -> list[int]:
@@ -115,3 +120,43 @@ def energon_length(
     if limit is not None and limit > 0:
         total = min(limit, total)
     return total
+
+
+# ---- which sequences each worker reads -------------------------------------------------------------------------
+def _split_piece(start: int, end: int, max_samples: int | None) -> list[int]:
+    """Starts of the sequences of rows [start, end) of one shard (energon's rule: cut only pieces longer than
+    1.5 sequences, into round(len / max) nearly equal sequences)."""
+    if max_samples is not None and end - start > max_samples * 1.5:
+        count = max(round((end - start) / max_samples), 1)
+        step = (end - start) / count
+        return [start + int(i * step) for i in range(count)]
+    return [start]
+
+
+def slice_offsets(start: int, end: int, shard_bounds: np.ndarray, max_samples: int | None) -> list[int]:
+    """Sequence boundaries of rows [start, end): cut at the shard boundaries inside it, then every piece by
+    `_split_piece`; empty sequences dropped."""
+    inner = shard_bounds[(shard_bounds > start) & (shard_bounds < end)].tolist()
+    cuts = [start, *inner, end]
+    starts = [s for a, b in zip(cuts, cuts[1:]) for s in _split_piece(a, b, max_samples)]
+    bounds = [*starts, end]
+    return [int(a) for a, b in zip(bounds, bounds[1:]) if a < b] + [int(end)]
+
+
+def worker_slice_offsets(
+    sizes: Sequence[int],
+    shard_bounds: Sequence[np.ndarray],
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    max_samples: int | None,
+    rotation_sizes: Sequence[int] | None = None,
+) -> list[list[list[int]]]:
+    """Per dataset, per worker of `rank`: its sequence boundaries (energon's workers_slice_offsets);
+    `rotation_sizes`: the lengths the worker rotation counts (energon_len.rotation_offsets; default `sizes`)."""
+    out = []
+    rotations = rotation_offsets(rotation_sizes or sizes, world_size, num_workers)
+    for n, bounds, rot in zip(sizes, shard_bounds, rotations):
+        ranges = worker_ranges(n, rank, world_size, num_workers, rot)
+        out.append([slice_offsets(s, e, np.asarray(bounds), max_samples) for s, e in ranges])
+    return out

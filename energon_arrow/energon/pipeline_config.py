@@ -6,7 +6,7 @@ energon's `get_train_dataset` / `get_val_dataset` build their pipeline with the 
 dataset (energon/energon_dataset.py) runs the same order without those stages; this module describes them from
 what the dataset knows: the task encoder's hooks, the blend (weights or repetitions), the shuffle buffer, the
 virtual epoch or val limit, and per dataset its factory (energon/factory_config.py) and worker slices (the
-`slice_offsets` energon/train_order.py computed). Functions are named by energon's qualified names where they
+`slice_offsets` energon/energon_len.py computed). Functions are named by energon's qualified names where they
 are energon's (docs/migration.md, "loader.config()").
 """
 

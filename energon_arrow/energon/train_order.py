@@ -32,7 +32,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from energon_arrow.energon.energon_len import rotation_offsets, worker_ranges
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.split_rows import kept_rows
 
@@ -112,46 +111,6 @@ def expected_gap(left: Sequence[int], probs: np.ndarray) -> int:
         return 1
     share = probs[live] / probs[live].sum()
     return int(min(np.asarray(left, np.float64)[live] / share)) + 1
-
-
-# ---- which sequences each worker reads -------------------------------------------------------------------------
-def _split_piece(start: int, end: int, max_samples: int | None) -> list[int]:
-    """Starts of the sequences of rows [start, end) of one shard (energon's rule: cut only pieces longer than
-    1.5 sequences, into round(len / max) nearly equal sequences)."""
-    if max_samples is not None and end - start > max_samples * 1.5:
-        count = max(round((end - start) / max_samples), 1)
-        step = (end - start) / count
-        return [start + int(i * step) for i in range(count)]
-    return [start]
-
-
-def slice_offsets(start: int, end: int, shard_bounds: np.ndarray, max_samples: int | None) -> list[int]:
-    """Sequence boundaries of rows [start, end): cut at the shard boundaries inside it, then every piece by
-    `_split_piece`; empty sequences dropped."""
-    inner = shard_bounds[(shard_bounds > start) & (shard_bounds < end)].tolist()
-    cuts = [start, *inner, end]
-    starts = [s for a, b in zip(cuts, cuts[1:]) for s in _split_piece(a, b, max_samples)]
-    bounds = [*starts, end]
-    return [int(a) for a, b in zip(bounds, bounds[1:]) if a < b] + [int(end)]
-
-
-def worker_slice_offsets(
-    sizes: Sequence[int],
-    shard_bounds: Sequence[np.ndarray],
-    rank: int,
-    world_size: int,
-    num_workers: int,
-    max_samples: int | None,
-    rotation_sizes: Sequence[int] | None = None,
-) -> list[list[list[int]]]:
-    """Per dataset, per worker of `rank`: its sequence boundaries (energon's workers_slice_offsets);
-    `rotation_sizes`: the lengths the worker rotation counts (energon_len.rotation_offsets; default `sizes`)."""
-    out = []
-    rotations = rotation_offsets(rotation_sizes or sizes, world_size, num_workers)
-    for n, bounds, rot in zip(sizes, shard_bounds, rotations):
-        ranges = worker_ranges(n, rank, world_size, num_workers, rot)
-        out.append([slice_offsets(s, e, np.asarray(bounds), max_samples) for s, e in ranges])
-    return out
 
 
 # ---- the stages ------------------------------------------------------------------------------------------------

@@ -261,7 +261,7 @@ def train_schedule(
     gaps: list | None = None,
 ) -> WorkerSchedule:
     """This rank's training batches in energon's order (see the module docstring; `offsets`: per dataset, per
-    worker of the rank, its sequence boundaries, train_order.worker_slice_offsets; `sizes`, `offsets` in energon's
+    worker of the rank, its sequence boundaries, energon_len.worker_slice_offsets; `sizes`, `offsets` in energon's
     index space, `gaps`: each dataset's excluded samples there)."""
     wc = worker_config
     workers = max(1, wc.num_workers)

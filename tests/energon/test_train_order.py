@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from energon_arrow.energon.energon_len import slice_offsets
 from energon_arrow.energon.train_order import (
     Repeat,
     SampleLoader,
@@ -12,7 +13,6 @@ from energon_arrow.energon.train_order import (
     Words,
     as_floats,
     first_to_reach,
-    slice_offsets,
 )
 from energon_arrow.energon.worker_slices import finite_length
 

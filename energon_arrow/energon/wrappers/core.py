@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_arrow.energon.train_order import slice_offsets
+from energon_arrow.energon.energon_len import slice_offsets
 from energon_arrow.energon.wrappers.base import (
     SavableDataset,
     rank_worker_id,
