@@ -23,6 +23,7 @@ from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
+from energon_arrow.loader.plan_ahead import PlanAhead
 from energon_arrow.loader.reader import LOCAL_AHEAD, PLAN_AHEAD, SampleReader, open_readers
 from energon_arrow.loader.sample_hooks import PlainHooks, SampleHooks
 from energon_arrow.loader.schedule import BatchSchedule
@@ -279,24 +280,24 @@ class BatchDataset(torch.utils.data.IterableDataset):
             first = self.start_batch + k
             return itertools.count(first, n) if total is None else iter(range(first, total, n))
 
-        def plans() -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
-            """(b, plan) of each batch of this worker, planned 16 at a time (plan_many)."""
-            ids = batch_ids()
-            while chunk := list(itertools.islice(ids, 16)):
-                yield from zip(chunk, self.plan_many(chunk, caches))
-
+        ids, own_total = batch_ids(), None
+        if total is not None:  # a finite pass: this worker's batches known up front (the readers plan to the end)
+            ids = list(ids)
+            ids, own_total = iter(ids), len(ids)
+        # this worker's batches, planned 16 at a time, each once for the dataset and the readers planning ahead
+        planner = PlanAhead(ids, lambda chunk: self.plan_many(chunk, caches), own_total)
         skipped = done = 0
-        readers = open_readers(self, k, n)
+        readers = open_readers(self, k, n, planner)
         horizon = max(ahead, PLAN_AHEAD if remote else LOCAL_AHEAD)  # batches announced to the readers ahead
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
             pending: deque = deque()  # [b, plan, fetch future or None]
-            ids = plans()
             while True:
                 while len(pending) <= horizon:
-                    b, plan = next(ids, (None, None))
-                    if b is None:
+                    item = planner.take()
+                    if item is None:
                         break
+                    b, plan = item
                     self._announce(plan, readers)
                     pending.append([b, plan, None])
                 for item in itertools.islice(pending, ahead + 1) if pool else ():
