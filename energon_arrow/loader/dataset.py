@@ -281,7 +281,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
             return itertools.count(first, n) if total is None else iter(range(first, total, n))
 
         ids, own_total = batch_ids(), None
-        if total is not None:  # a finite pass: this worker's batches known up front (the readers plan to the end)
+        if total is not None:  # a finite pass: this worker's batches known up front (readers plan to the end)
             ids = list(ids)
             ids, own_total = iter(ids), len(ids)
         # this worker's batches, planned 16 at a time, each once for the dataset and the readers planning ahead

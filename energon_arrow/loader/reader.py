@@ -23,8 +23,8 @@ import numpy as np
 
 from energon_arrow.adapters.shard_cache import ShardCache
 from energon_arrow.loader.batch_columns import SourceColumns
-from energon_arrow.loader.plan_ahead import PlanAhead
 from energon_arrow.loader.errors import StaleIndexError
+from energon_arrow.loader.plan_ahead import PlanAhead
 from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.spans import Spans
