@@ -62,7 +62,7 @@ class LoaderSettings:
     error_budget: int = (
         100  # with skip_errors=True: raise once more samples than this were skipped (per worker)
     )
-    #: batches read ahead in a thread; default 2 on object stores without local_cache, else 0
+    #: batches read ahead in a thread (None or 0: none)
     read_ahead: int | None = None
     #: validation as energon (energon/worker_slices.py): the workers per rank whose slices decide the batches; None: the
     #: worker-count-invariant global batches
@@ -270,9 +270,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
         caches = self._warm if self._warm is not None else self._caches()
         total = self.total_batches()
         remote = any(not s.storage.is_local for s in self.sources)
-        # node-local cached copies are read like local files: a read-ahead thread only adds hand-offs there
-        windowed = any(not s.storage.is_local and s.storage.local_cache is None for s in self.sources)
-        ahead = self.settings.read_ahead if self.settings.read_ahead is not None else (2 if windowed else 0)
+        # no read-ahead thread by default: window readers fetch in the background already, and a thread that slices
+        # the next batches out of their windows only added GIL hand-offs (S3 epoch: 0.03-0.05 CPU-s more than
+        # local without it, 0.08-0.20 with 2 batches ahead; benchmarks.s3_cpu_threads, 3 alternating runs)
+        ahead = self.settings.read_ahead or 0
 
         def batch_ids() -> Iterator[int]:
             if hasattr(self.schedule, "reader_chunks"):  # energon's order (energon/worker_slices.py)
