@@ -320,3 +320,24 @@ def test_energon_order_workers_plan_their_own_batches(prepared_root, s3_dataset,
     needed = int(ds.sources[0].byte_size.sum())
     assert needed <= _range_bytes(gets) <= 1.1 * needed
     assert _share_folders() == before
+
+
+def test_energon_order_resume_over_s3_matches_local(prepared_root, s3_dataset, s3_server):
+    """energon's order, endless: each worker plans its windows over its own stream from the resumed position on."""
+
+    def savable(root, options=None):
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
+        ds = ea.get_train_dataset(
+            root, worker_config=wc, batch_size=4, shuffle_buffer_size=10, max_samples_per_sequence=8,
+            task_encoder=RawTE(), storage_options=options,
+        )  # fmt: skip
+        return ea.get_savable_loader(ds)
+
+    total = 40  # crosses the epoch boundary (30 batches per epoch)
+    ref = _take(savable(prepared_root), total)
+    first = savable(s3_dataset, s3_server.storage_options)
+    got = _take(first, 17)
+    second = savable(s3_dataset, s3_server.storage_options)
+    second.restore_state_rank(first.save_state_rank())
+    got += _take(second, total - 17)
+    assert got == ref
