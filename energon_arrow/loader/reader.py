@@ -40,14 +40,17 @@ GROUP_BYTES = 8 << 20  # bytes of samples read in one pass for several announced
 def open_readers(dataset, worker: int, workers: int, ahead: PlanAhead | None = None) -> list:
     """The reader of each source of a BatchDataset in DataLoader worker `worker` of `workers`: local files,
     node-local cached copies of remote shards, or windows. Where each worker reads its own stream of samples
-    (energon's order, one energon worker per DataLoader worker) the windows are planned over this worker's
-    batches alone, from `ahead` (this worker's batches and plans, loader/plan_ahead.py); otherwise over every
-    worker's batches, and shared between the workers through shared memory when they were forked by one
+    (energon's order, one energon worker per DataLoader worker, one dataset) the windows are planned over this
+    worker's batches alone, from `ahead` (this worker's batches and plans, loader/plan_ahead.py); otherwise over
+    every worker's batches, and shared between the workers through shared memory when they were forked by one
     loader."""
     readers: list = []
     schedule = dataset.schedule
+    # one source: its reader is announced every batch, so the plans it has not asked for yet stay few (PlanAhead
+    # keeps each plan until every reader has passed it; a blend's source may be absent from many batches)
     own_stream = (
         ahead is not None
+        and len(dataset.sources) == 1
         and hasattr(schedule, "reader_chunks")
         and getattr(schedule, "workers", None) == workers
     )
@@ -63,7 +66,7 @@ def open_readers(dataset, worker: int, workers: int, ahead: PlanAhead | None = N
             from energon_arrow.loader.window_share import WindowShare
 
             if own_stream:
-                feed = BatchFeed(_own_rows_of(ahead, d, len(dataset.sources) == 1), 0, ahead.total)
+                feed = BatchFeed(_own_rows_of(ahead), 0, ahead.total)
             else:
                 share = None if tag is None else WindowShare.for_worker(f"{tag}-{d}", worker, workers)
                 feed = BatchFeed(
@@ -89,12 +92,12 @@ def _rows_of(dataset, d: int):
     return rows_of
 
 
-def _own_rows_of(ahead: PlanAhead, d: int, single: bool):
-    """Rows of source d in this worker's batches at several positions of its own sequence of batches."""
+def _own_rows_of(ahead: PlanAhead):
+    """Rows of the one source in this worker's batches at several positions of its own sequence of batches."""
     key = ahead.register()
 
     def rows_of(positions: range) -> list[np.ndarray]:
-        return [rows if single else rows[owner == d] for owner, rows in ahead.plans(key, positions)]
+        return [rows for _, rows in ahead.plans(key, positions)]
 
     return rows_of
 
