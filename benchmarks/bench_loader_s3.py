@@ -301,6 +301,13 @@ def run(args) -> list[Comparison]:
         f"epoch samples/s, {shards}x{per_shard}, batch {BATCH}, {WORKERS} workers (medians)",
     )
     setup = f"{shards}x{per_shard}, raw bytes, batch {BATCH}, {WORKERS} workers"
+    # the store's CPU beside the loader's (issue 28): on one machine the server shares the cores with the loader
+    print(
+        "  CPU seconds per epoch (medians): loader local "
+        f"{statistics.median(sides['cpu_local']):.2f}, loader S3 {statistics.median(sides['cpu_s3']):.2f}, "
+        f"SeaweedFS during the S3 epoch {statistics.median(sides['cpu_server_s3']):.2f}",
+        flush=True,
+    )
     return [
         Comparison(
             f"S3 epoch vs the adapter's sequential read of the shards, {setup}",

@@ -23,6 +23,7 @@ from energon_arrow.loader.assemble import Assembler
 from energon_arrow.loader.epochized import EpochizedSchedule
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.order import BlockLayout, EpochCache, combine_multipliers
+from energon_arrow.loader.plan_ahead import PlanAhead
 from energon_arrow.loader.reader import LOCAL_AHEAD, PLAN_AHEAD, SampleReader, open_readers
 from energon_arrow.loader.sample_hooks import PlainHooks, SampleHooks
 from energon_arrow.loader.schedule import BatchSchedule
@@ -61,7 +62,7 @@ class LoaderSettings:
     error_budget: int = (
         100  # with skip_errors=True: raise once more samples than this were skipped (per worker)
     )
-    #: batches read ahead in a thread; default 2 on object stores without local_cache, else 0
+    #: batches read ahead in a thread (None or 0: none)
     read_ahead: int | None = None
     #: validation as energon (energon/worker_slices.py): the workers per rank whose slices decide the batches; None: the
     #: worker-count-invariant global batches
@@ -269,9 +270,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
         caches = self._warm if self._warm is not None else self._caches()
         total = self.total_batches()
         remote = any(not s.storage.is_local for s in self.sources)
-        # node-local cached copies are read like local files: a read-ahead thread only adds hand-offs there
-        windowed = any(not s.storage.is_local and s.storage.local_cache is None for s in self.sources)
-        ahead = self.settings.read_ahead if self.settings.read_ahead is not None else (2 if windowed else 0)
+        # no read-ahead thread by default: window readers fetch in the background already, and a thread that slices
+        # the next batches out of their windows only added GIL hand-offs (S3 epoch: 0.03-0.05 CPU-s more than
+        # local without it, 0.08-0.20 with 2 batches ahead; benchmarks.s3_cpu_threads, 3 alternating runs)
+        ahead = self.settings.read_ahead or 0
 
         def batch_ids() -> Iterator[int]:
             if hasattr(self.schedule, "reader_chunks"):  # energon's order (energon/worker_slices.py)
@@ -279,24 +281,24 @@ class BatchDataset(torch.utils.data.IterableDataset):
             first = self.start_batch + k
             return itertools.count(first, n) if total is None else iter(range(first, total, n))
 
-        def plans() -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
-            """(b, plan) of each batch of this worker, planned 16 at a time (plan_many)."""
-            ids = batch_ids()
-            while chunk := list(itertools.islice(ids, 16)):
-                yield from zip(chunk, self.plan_many(chunk, caches))
-
+        ids, own_total = batch_ids(), None
+        if total is not None:  # a finite pass: this worker's batches known up front (readers plan to the end)
+            ids = list(ids)
+            ids, own_total = iter(ids), len(ids)
+        # this worker's batches, planned 16 at a time, each once for the dataset and the readers planning ahead
+        planner = PlanAhead(ids, lambda chunk: self.plan_many(chunk, caches), own_total)
         skipped = done = 0
-        readers = open_readers(self, k, n)
+        readers = open_readers(self, k, n, planner)
         horizon = max(ahead, PLAN_AHEAD if remote else LOCAL_AHEAD)  # batches announced to the readers ahead
         pool = ThreadPoolExecutor(1) if ahead > 0 else None
         try:
             pending: deque = deque()  # [b, plan, fetch future or None]
-            ids = plans()
             while True:
                 while len(pending) <= horizon:
-                    b, plan = next(ids, (None, None))
-                    if b is None:
+                    item = planner.take()
+                    if item is None:
                         break
+                    b, plan = item
                     self._announce(plan, readers)
                     pending.append([b, plan, None])
                 for item in itertools.islice(pending, ahead + 1) if pool else ():

@@ -24,6 +24,7 @@ import numpy as np
 from energon_arrow.adapters.shard_cache import ShardCache
 from energon_arrow.loader.batch_columns import SourceColumns
 from energon_arrow.loader.errors import StaleIndexError
+from energon_arrow.loader.plan_ahead import PlanAhead
 from energon_arrow.loader.shard_files import ShardFiles
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.spans import Spans
@@ -36,12 +37,24 @@ LOCAL_AHEAD = 16  # batches a worker announces ahead on local files (read togeth
 GROUP_BYTES = 8 << 20  # bytes of samples read in one pass for several announced batches
 
 
-def open_readers(dataset, worker: int, workers: int) -> list:
+def open_readers(dataset, worker: int, workers: int, ahead: PlanAhead | None = None) -> list:
     """The reader of each source of a BatchDataset in DataLoader worker `worker` of `workers`: local files,
-    node-local cached copies of remote shards, or windows (planned with every worker's batches and shared between
-    the workers through shared memory when the workers were forked by one loader)."""
+    node-local cached copies of remote shards, or windows. Where each worker reads its own stream of samples
+    (energon's order, one energon worker per DataLoader worker, one dataset) the windows are planned over this
+    worker's batches alone, from `ahead` (this worker's batches and plans, loader/plan_ahead.py); otherwise over
+    every worker's batches, and shared between the workers through shared memory when they were forked by one
+    loader."""
     readers: list = []
-    tag = _share_tag(dataset) if workers > 1 else None
+    schedule = dataset.schedule
+    # one source: its reader is announced every batch, so the plans it has not asked for yet stay few (PlanAhead
+    # keeps each plan until every reader has passed it; a blend's source may be absent from many batches)
+    own_stream = (
+        ahead is not None
+        and len(dataset.sources) == 1
+        and hasattr(schedule, "reader_chunks")
+        and getattr(schedule, "workers", None) == workers
+    )
+    tag = _share_tag(dataset) if workers > 1 and not own_stream else None
     verify = getattr(dataset, "verify", None) or [False] * len(dataset.sources)
     for d, src in enumerate(dataset.sources):
         if src.storage.is_local:
@@ -52,10 +65,13 @@ def open_readers(dataset, worker: int, workers: int) -> list:
             from energon_arrow.loader.window_reader import BatchFeed, WindowReader
             from energon_arrow.loader.window_share import WindowShare
 
-            share = None if tag is None else WindowShare.for_worker(f"{tag}-{d}", worker, workers)
-            feed = BatchFeed(
-                _rows_of(dataset, d), dataset.start_batch, dataset.total_batches(), worker, workers, share
-            )
+            if own_stream:
+                feed = BatchFeed(_own_rows_of(ahead), 0, ahead.total)
+            else:
+                share = None if tag is None else WindowShare.for_worker(f"{tag}-{d}", worker, workers)
+                feed = BatchFeed(
+                    _rows_of(dataset, d), dataset.start_batch, dataset.total_batches(), worker, workers, share
+                )
             readers.append(WindowReader(src, feed))
         if verify[d]:
             from energon_arrow.loader.verify_crc import VerifiedReader
@@ -72,6 +88,16 @@ def _rows_of(dataset, d: int):
 
     def rows_of(batches) -> list[np.ndarray]:
         return [rows if single else rows[owner == d] for owner, rows in dataset.plan_many(batches, caches)]
+
+    return rows_of
+
+
+def _own_rows_of(ahead: PlanAhead):
+    """Rows of the one source in this worker's batches at several positions of its own sequence of batches."""
+    key = ahead.register()
+
+    def rows_of(positions: range) -> list[np.ndarray]:
+        return [rows for _, rows in ahead.plans(key, positions)]
 
     return rows_of
 

@@ -295,3 +295,49 @@ def test_a_worker_whose_peer_never_shares_fetches_the_windows_itself(
         reader.close()
         expected.close()
     assert not share.waiting
+
+
+def test_energon_order_workers_plan_their_own_batches(prepared_root, s3_dataset, s3_server):
+    """energon's order: each DataLoader worker reads one energon worker's stream (its own slices of the shards),
+    so it plans its windows over its own batches alone (loader/plan_ahead.py): the batches are those read from
+    local disk, every byte is fetched about once, and nothing is left in shared memory."""
+
+    def batches(root, options=None):
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
+        ds = ea.get_train_dataset(
+            root, worker_config=wc, batch_size=4, shuffle_buffer_size=10, max_samples_per_sequence=8,
+            task_encoder=RawTE(), repeat=False, storage_options=options,
+        )  # fmt: skip
+        return [(list(b.__key__), list(b.image)) for b in ea.get_loader(ds)], ds
+
+    local, _ = batches(prepared_root)
+    before = _share_folders()
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        proxy.reset_counts()
+        remote, ds = batches(s3_dataset, _options(proxy.endpoint_url))
+        gets = [r for r in proxy.requests if r[0] == "GET" and r[1].endswith(".tar")]
+    assert remote == local and sum(len(k) for k, _ in local) == EPOCH
+    needed = int(ds.sources[0].byte_size.sum())
+    assert needed <= _range_bytes(gets) <= 1.1 * needed
+    assert _share_folders() == before
+
+
+def test_energon_order_resume_over_s3_matches_local(prepared_root, s3_dataset, s3_server):
+    """energon's order, endless: each worker plans its windows over its own stream from the resumed position on."""
+
+    def savable(root, options=None):
+        wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=2)
+        ds = ea.get_train_dataset(
+            root, worker_config=wc, batch_size=4, shuffle_buffer_size=10, max_samples_per_sequence=8,
+            task_encoder=RawTE(), storage_options=options,
+        )  # fmt: skip
+        return ea.get_savable_loader(ds)
+
+    total = 40  # crosses the epoch boundary (30 batches per epoch)
+    ref = _take(savable(prepared_root), total)
+    first = savable(s3_dataset, s3_server.storage_options)
+    got = _take(first, 17)
+    second = savable(s3_dataset, s3_server.storage_options)
+    second.restore_state_rank(first.save_state_rank())
+    got += _take(second, total - 17)
+    assert got == ref
