@@ -16,7 +16,6 @@ import pyarrow as pa
 from energon_arrow.adapters import Storage
 from energon_arrow.index.schema import SIDE_INDEX_DIR
 from energon_arrow.index.summary import SUMMARY_FILE
-from energon_arrow.meta.verified_ranges import verified_fs
 from energon_arrow.query.limits import QueryLimits
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
@@ -124,6 +123,8 @@ def parquet_dataset(storage: Storage, rel: str):
     import pyarrow.dataset as pads
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
+    from energon_arrow.meta.verified_ranges import verified_fs
+
     fs = PyFileSystem(FSSpecHandler(verified_fs(storage)))
     return pads.dataset(storage.path_of(rel), filesystem=fs, format="parquet")
 
@@ -131,7 +132,11 @@ def parquet_dataset(storage: Storage, rel: str):
 def reading_fs(storage: Storage):
     """The filesystem DuckDB reads `storage`'s side index through (meta.verified_ranges); None where DuckDB reads
     the files itself (local) or not at all."""
-    return None if storage.is_local or not _duckdb_reads(storage) else verified_fs(storage)
+    if storage.is_local or not _duckdb_reads(storage):
+        return None
+    from energon_arrow.meta.verified_ranges import verified_fs  # imports fsspec: only for remote storage
+
+    return verified_fs(storage)
 
 
 def connect(
@@ -152,7 +157,7 @@ def connect(
     reads_files = any(t is None for t in base.values()) and _duckdb_reads(storage)
     if reads_files and not storage.is_local:
         # DuckDB reads through it: its requests retry there, and what it reads is checked (meta.verified_ranges)
-        con.register_filesystem(fs or verified_fs(storage))
+        con.register_filesystem(fs or reading_fs(storage))
     files = {name: f"{name}.parquet" for name in base}
     if summary:
         files["_part_summary"] = SUMMARY_FILE

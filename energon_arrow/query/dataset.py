@@ -15,7 +15,6 @@ from energon_arrow.index.schema import SIDE_INDEX_DIR, SIDE_INDEX_FILES
 from energon_arrow.index.side_index import has_energon_index
 from energon_arrow.meta.info import info_exists, read_info
 from energon_arrow.meta.split import read_split
-from energon_arrow.meta.verified_ranges import open_ranged
 from energon_arrow.query import catalog, exclusions
 from energon_arrow.query.errors import QueryError
 from energon_arrow.query.guard import check_read_only, explain_error
@@ -239,6 +238,8 @@ class Dataset:
         if self.storage.is_local:
             source = self.storage.local_path(rel)
         else:
+            from energon_arrow.meta.verified_ranges import open_ranged
+
             source = open_ranged(self.storage, rel)
         with pq.ParquetFile(source) as f:
             yield from f.iter_batches(batch_size=batch_size, columns=columns)

@@ -40,7 +40,6 @@ from energon_arrow.index.summary import SUMMARY_FILE, SUMMARY_KEY, identity
 from energon_arrow.meta.info import info_exists
 from energon_arrow.meta.manifest import IntegrityError, check_size, manifest_of, read_verified
 from energon_arrow.meta.uuid_file import read_index_uuid
-from energon_arrow.meta.verified_ranges import open_ranged
 from energon_arrow.query.errors import NotPreparedError, StaleIndexError
 
 log = logging.getLogger(__name__)
@@ -104,6 +103,8 @@ def _footer_once(storage: Storage, rel: str) -> pq.FileMetaData:
         path = storage.local_path(rel)
         check_size(storage, rel, os.path.getsize(path))
         return pq.read_metadata(path)
+    from energon_arrow.meta.verified_ranges import open_ranged  # imports fsspec: only for remote storage
+
     with open_ranged(storage, rel) as f:
         size = getattr(f, "size", None)  # fsspec's files; multi-storage-client's have none
         check_size(storage, rel, size if isinstance(size, int) else storage.stat(rel).size)
