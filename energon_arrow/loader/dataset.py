@@ -29,6 +29,7 @@ from energon_arrow.loader.sample_hooks import PlainHooks, SampleHooks
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.source import SplitSource
 from energon_arrow.loader.verify_crc import resolve_verify
+from energon_arrow.loader.worker_failure import failures_as_items
 from energon_arrow.samples.decoders import PartDecoder
 
 RELEASE_EVERY = 8  # batches between drops of the index pages a worker touched (SplitSource.release_pages)
@@ -262,6 +263,14 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return k, n
 
     def __iter__(self) -> Iterator[tuple[int, int, Any, tuple]]:
+        """(batch number, samples skipped so far, batch, slot leases) of this worker's batches; in a DataLoader
+        worker an error ends the stream as a WorkerFailure item (loader/worker_failure.py)."""
+        batches = self._worker_batches()
+        if torch.utils.data.get_worker_info() is None:
+            return batches
+        return failures_as_items(batches, lambda failure: (-1, 0, failure, ()))
+
+    def _worker_batches(self) -> Iterator[tuple[int, int, Any, tuple]]:
         k, n = self._worker_slot()
         in_worker = torch.utils.data.get_worker_info() is not None
         slots = SlotAllocator(self.image_slots, k)

@@ -27,6 +27,7 @@ from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.run_ahead import run_ahead
 from energon_arrow.loader.schedule import BatchSchedule
 from energon_arrow.loader.transfer import cuda_target, iter_to_device
+from energon_arrow.loader.worker_failure import WorkerFailure, raise_failure
 
 STATE_VERSION = 1
 DECODE_AHEAD = 2  # batches decoded ahead of the consumer with image_device_decode=True (loader/run_ahead.py)
@@ -131,6 +132,8 @@ class Loader:
         expected, worker_skipped = self.next_batch, self._worker_skipped
         try:
             for b, skipped, batch, leases in batches:
+                if isinstance(batch, WorkerFailure):
+                    raise_failure(batch)
                 if b < expected:
                     raise LoaderError(f"internal: batch {b} delivered after batch {expected - 1}")
                 if board is not None:
