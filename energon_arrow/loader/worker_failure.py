@@ -24,13 +24,15 @@ class WorkerFailure:
 
 def failures_as_items(items: Iterator[tuple], item_of) -> Iterator[tuple]:
     """`items` (a worker's stream), ended by `item_of(WorkerFailure)` when it raises an exception that pickles
-    (one that does not is raised, and torch reports it its way)."""
+    and unpickles as itself (one that does not is raised, and torch reports it its way)."""
     try:
         yield from items
     except Exception as exc:
-        try:
-            pickle.dumps(exc)
-        except Exception:  # noqa: BLE001 - any failure to pickle: torch's transport it is
+        try:  # it must come back as itself (an exception whose args do not rebuild it does not unpickle)
+            back = pickle.loads(pickle.dumps(exc))
+        except Exception:  # noqa: BLE001 - any failure to pickle or unpickle: torch's transport it is
+            back = None
+        if type(back) is not type(exc) or str(back) != str(exc):
             raise exc from None
         info = torch.utils.data.get_worker_info()
         yield item_of(WorkerFailure(exc, info.id if info is not None else 0, traceback.format_exc()))
