@@ -112,10 +112,14 @@ def test_a_damaged_range_of_a_duckdb_scan_is_read_again(proxy, through, dataset,
 
 def test_a_range_damaged_every_time_is_a_clear_error(proxy, through, dataset):
     with open_dataset(through()) as ds:
+        assert ds.index_source == "parquet"  # read in place (not an in-memory conversion of index.sqlite)
         proxy.inject_for("parts.parquet", *["corrupt_response"] * 50)
-        with pytest.raises(IntegrityError) as err:
+        try:
             ds.sql(PARTS_QUERY).arrow()
-    message = str(err.value)
+        except IntegrityError as exc:
+            message = str(exc)
+        else:  # seen once in a clean-clone CI run, not reproduced: the proxy's log says which requests it served
+            pytest.fail(f"no IntegrityError; the proxy served {proxy.requests}")
     assert message.startswith(f"{dataset}/.nv-meta/arrow/parts.parquet: bytes [0, ")
     assert "do not match their CRC32C" in message and f"{FAST.attempts} reads" in message
 
