@@ -42,7 +42,9 @@ def test_the_right_bytes_match_and_damaged_ones_do_not(etag, piece):
 def test_etags_that_cannot_be_checked():
     assert not EtagMd5(None, 10).checkable
     assert not EtagMd5("not-an-md5", 10).checkable
-    assert not EtagMd5("0" * 32 + "-2", 1000).checkable  # 2 parts of 1000 bytes: no usual part size gives that
+    assert not EtagMd5(
+        "0" * 32 + "-2", 1000
+    ).checkable  # 2 parts of 1000 bytes: no usual part size gives that
 
 
 def test_a_multipart_upload_of_an_unusual_part_size_is_told_by_two_agreeing_reads():
