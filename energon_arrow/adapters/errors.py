@@ -183,7 +183,8 @@ def classify(exc: BaseException, url: str) -> StorageError:
         return ObjectChanged(url, f"the object changed while it was being read ({detail}); read it again")
     if (code is not None and code in _transient_codes()) or _is_transient_network(exc):
         if any("timeout" in type(e).__name__.lower() or "timed out" in str(e) for e in _chain(exc)):
-            detail = f"no answer within the timeout (read_timeout/connect_timeout; is the endpoint an S3 server?): {detail}"
+            hint = "read_timeout/connect_timeout; is the endpoint an S3 server?"
+            detail = f"no answer within the timeout ({hint}): {detail}"
         return TransientError(url, f"transient storage error ({detail})")
     if isinstance(exc, IsADirectoryError):
         return StorageError(url, f"is a directory ({detail})")

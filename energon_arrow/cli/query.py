@@ -23,9 +23,8 @@ def token_prefix(dataset: str, options: dict) -> str | None:
         return None
     try:
         return prefix if storage.exists(stem + ".idx") and not storage.isdir(stem) else None
-    except (
-        StorageError
-    ) as exc:  # the store fails (endpoint, credentials): name what the user gave, not the probe
+    except StorageError as exc:
+        # the store fails (endpoint, credentials): name what the user gave, not the probe
         raise type(exc)(dataset.rstrip("/"), exc.reason) from None
 
 

@@ -48,25 +48,41 @@ def _unknown_part_size(storage, rel: str, check: EtagMd5, earlier: str | None) -
     return True
 
 
-def read_whole_checked(storage, rel: str, size: int):
-    """The `size` bytes of remote shard `rel`, checked against its ETag where `verify="crc"` (module docstring)."""
-    pins: dict[str, str] = {}
-    data = bytes(fetch_groups(storage, [rel], [0], [size], pins)[0])
-    if storage.io_settings.verify != "crc":
-        return data
-    reads, attempts, earlier = 1, reread_attempts(storage), None
+def _checked(storage, rel: str, read):
+    """`read()` -> (result, the EtagMd5 its bytes were fed to) of remote shard `rel`, done again while the bytes do
+    not match the ETag (the storage's retry budget), then a StorageError."""
+    reads, attempts, earlier = 0, reread_attempts(storage), None
     while True:
-        check = EtagMd5(pins.get(rel), size)
-        if not check.checkable:
-            return data
-        check.update(data)
-        if check.matches() or _unknown_part_size(storage, rel, check, earlier):
-            return data
+        result, check = read()
+        reads += 1
+        # not checkable, or fed less than the shard (the general walk read it): not covered
+        if not check.checkable or check.fed != check.size or check.matches():
+            return result
+        if _unknown_part_size(storage, rel, check, earlier):
+            return result
         earlier = check.got()
         if next(attempts, None) is None:  # (each attempt after the policy's pause)
             raise _damaged(storage, rel, check, reads)
-        data = bytes(fetch_groups(storage, [rel], [0], [size], pins)[0])
-        reads += 1
+
+
+def read_whole_checked(storage, rel: str, size: int):
+    """The `size` bytes of remote shard `rel`, checked against its ETag where `verify="crc"` (module docstring)."""
+    pins: dict[str, str] = {}
+
+    def fetch() -> bytes:
+        return bytes(fetch_groups(storage, [rel], [0], [size], pins)[0])
+
+    if storage.io_settings.verify != "crc":
+        return fetch()
+
+    def read():
+        data = fetch()
+        check = EtagMd5(pins.get(rel), size)  # the ETag the GET returned
+        if check.checkable:
+            check.update(data)
+        return data, check
+
+    return _checked(storage, rel, read)
 
 
 def index_streamed_checked(storage, rel: str, size: int) -> ShardIndex:
@@ -75,16 +91,10 @@ def index_streamed_checked(storage, rel: str, size: int) -> ShardIndex:
     if storage.io_settings.verify != "crc":
         return index_shard(storage, rel, size)
     etag = storage.stat(rel).etag
-    reads, attempts, earlier = 0, reread_attempts(storage), None
-    while True:
+
+    def read():
         check = EtagMd5(etag, size)
-        if not check.checkable:
-            return index_shard(storage, rel, size)
-        result = index_shard(storage, rel, size, observe=check.update)
-        reads += 1
-        # fed less: the general walk read it (not covered)
-        if check.fed != size or check.matches() or _unknown_part_size(storage, rel, check, earlier):
-            return result
-        earlier = check.got()
-        if next(attempts, None) is None:
-            raise _damaged(storage, rel, check, reads)
+        observe = check.update if check.checkable else None
+        return index_shard(storage, rel, size, observe=observe), check
+
+    return _checked(storage, rel, read)

@@ -3,8 +3,9 @@
 
 Used by the `Loader` for `image_device_decode=True` (loader.py), twice: one thread takes the next batches from the
 DataLoader workers, another decodes them (torchvision's decode_jpeg, which gives the GIL up and takes it back many
-times per call: docs/benchmarks.md, Images) while the training thread consumes the previous one. The marks carry the loader's state as of each
-item, applied by the consumer when the item is delivered, so a thread running ahead never moves the state.
+times per call: docs/benchmarks.md, Images) while the training thread consumes the previous one. The marks carry
+the loader's state as of each item, applied by the consumer when the item is delivered, so a thread running ahead
+never moves the state.
 
 On CUDA the work runs on `stream` (a side stream; stages that feed each other can share one); the consumer's
 stream waits for an item's event before the item is handed over, and every CUDA tensor of the item is

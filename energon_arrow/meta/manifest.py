@@ -14,13 +14,14 @@ What is verified (`read_verified`, `check_bytes`): prepare's own files - `.info.
 `arrow/shards.parquet` and `arrow/summary.parquet` (read whole), every `<shard>.tar.idx` (where read: lint), and
 the whole of `samples.parquet`/`parts.parquet` where they are read whole (the loader's row index); where they are
 scanned in place (DuckDB queries) their size (`check_size`) and, on object stores, every range read against the
-CRC32C of each 1 MiB recorded with them (`RangeCrcs`, meta.verified_ranges). `index.sqlite` is verified where energon-arrow
-downloads it from an object store (`download_verified`: the media metadata lookups); a local one is opened in place
-by SQLite, which reads its pages at random, and is not hashed. User-editable files - `split.yaml`, the dataset yaml,
-`sample_loader.py` - are recorded as of prepare (`"editable"`) and never an error: a read that differs from the
-record is a user edit when its MD5 is the object's ETag (on object stores whose ETags are MD5s, told by the
-manifest's own ETag), elsewhere when a second read returns the same bytes; reads go on until one of these holds. A mismatch of a verified file is read again (the storage's retry budget, `Storage.retry`;
-locally once more), then `IntegrityError` names the file URL, the expected and actual size and digest, and
+CRC32C of each 1 MiB recorded with them (`RangeCrcs`, meta.verified_ranges). `index.sqlite` is verified where
+energon-arrow downloads it from an object store (`download_verified`: the media metadata lookups); a local one is
+opened in place by SQLite, which reads its pages at random, and is not hashed. User-editable files - `split.yaml`,
+the dataset yaml, `sample_loader.py` - are recorded as of prepare (`"editable"`) and never an error: a read that
+differs from the record is a user edit when its MD5 is the object's ETag (on object stores whose ETags are MD5s,
+told by the manifest's own ETag), elsewhere when a second read returns the same bytes; reads go on until one of
+these holds. A mismatch of a verified file is read again (the storage's retry budget, `Storage.retry`; locally once
+more), then `IntegrityError` names the file URL, the expected and actual size and digest, and
 "re-run `energon-arrow prepare URL`". The manifest is read once per `Storage` object (`manifest_of`) and carries
 a digest of its own content.
 """
@@ -46,9 +47,8 @@ MANIFEST_REL = f"{META_DIR}/{MANIFEST_NAME}"
 FORMAT = 1
 _MEMO = "_ea_manifest"  # attribute of a Storage object: its manifest, read once
 _CHUNK = 8 << 20
-RANGE_CHUNK = (
-    1 << 20
-)  # the CRC32C chunk of files read in place by ranges (DuckDB scans): meta.verified_ranges
+# the CRC32C chunk of files read in place by ranges (DuckDB scans): meta.verified_ranges
+RANGE_CHUNK = 1 << 20
 
 
 class IntegrityError(StorageError):
@@ -118,7 +118,7 @@ def digest_of_file(path: str, chunk_crcs: bool = False) -> FileDigest:
         return FileDigest(size, h.hexdigest())
     chunks.finish()
     return FileDigest(
-        size, h.hexdigest(), RangeCrcs(RANGE_CHUNK, np.concatenate([np.zeros(0, np.uint32), *crcs]))
+        size, h.hexdigest(), RangeCrcs(RANGE_CHUNK, np.concatenate(crcs or [np.zeros(0, np.uint32)]))
     )
 
 
@@ -142,9 +142,8 @@ def manifest_bytes(files: dict[str, FileDigest], editable: set[str] | frozenset 
 class Manifest:
     files: dict[str, FileDigest]
     editable: frozenset[str]
-    md5: str | None = (
-        None  # of the manifest's own bytes as read (whether the store's ETags are MD5s: etag_judge)
-    )
+    # MD5 of the manifest's own bytes as read (whether the store's ETags are MD5s: etag_judge)
+    md5: str | None = None
 
     def entry(self, rel: str) -> FileDigest | None:
         return self.files.get(rel)

@@ -12,8 +12,8 @@ earlier version) or not at all are opened as before; their size is still checked
 
 `verified_fs(storage)`: the filesystem to register with DuckDB or to wrap for pyarrow (its errors name the URL, the
 operation and the attempts, and DuckDB's callers raise them in place of DuckDB's traceback text: `take_failure`),
-`open_ranged(storage, rel)`: one file opened for ranged reads. Local files are read directly by their readers and not wrapped (the chunk CRCs
-guard what crosses a network).
+`open_ranged(storage, rel)`: one file opened for ranged reads. Local files are read directly by their readers and
+not wrapped (the chunk CRCs guard what crosses a network).
 """
 
 from __future__ import annotations

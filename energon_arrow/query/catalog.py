@@ -1,7 +1,8 @@
 """The DuckDB catalog of one dataset: a read-only connection with the dataset's views.
 
 Base tables are the side-index Parquet files, read in place by DuckDB (local files directly, remote stores through
-the Storage's fsspec filesystem, each range checked against the manifest's chunk CRCs) or, for an index converted in memory, the Arrow tables themselves (zero-copy).
+the Storage's fsspec filesystem, each range checked against the manifest's chunk CRCs) or, for an index converted
+in memory, the Arrow tables themselves (zero-copy).
 Derived views are plain SQL over those. After setup the connection has external access off except for the
 side-index folder, and its configuration is locked.
 """

@@ -58,8 +58,8 @@ class StreamCrc:
 
 class ChunkCrcs:
     """The CRC32C of every `chunk`-byte piece of a byte stream, fed piece by piece (any sizes): full chunks of a
-    piece in one compiled call (tar/crc.py `part_crcs`), the ends continued across calls. `spool` (a
-    e.g. a tokens.spool.ArraySpool of uint32, or a list) receives the finished chunks' CRCs."""
+    piece in one compiled call (tar/crc.py `part_crcs`), the ends continued across calls. `spool` (e.g.
+    a tokens.spool.ArraySpool of uint32, or a list) receives the finished chunks' CRCs."""
 
     def __init__(self, spool, chunk: int):
         self.spool, self.chunk = spool, chunk
