@@ -12,6 +12,7 @@ import numpy as np
 
 from energon_arrow.adapters.errors import ObjectChanged, StorageError, TransientError, classify
 from energon_arrow.adapters.ranges import coalesce_ranges, split_fetched
+from energon_arrow.adapters.receive import ReceiveBuffer
 from energon_arrow.adapters.retry import with_operation
 
 
@@ -70,6 +71,28 @@ def fetch_groups(storage, rels: list[str], starts, ends, pins: dict[str, str] | 
     return results
 
 
+def fetch_into(
+    storage, rel: str, start: int, sink: ReceiveBuffer, pins: dict[str, str] | None = None
+) -> None:
+    """Fetch bytes [start, start + sink.size) of `rel` into `sink` as they arrive (adapters/receive.py), with
+    the retries and ETag pins of `fetch_groups`; a retried GET resumes after the bytes already received. On
+    failure the sink fails too (its waiters raise the error) and the error is raised."""
+    try:
+        end = start + sink.size
+        if storage.is_local:
+            sink.write(_pread_many(storage, [rel], [start], [end])[0])
+        else:
+            _fetch_remote(storage, [rel], [start], [end], {} if pins is None else pins, [sink])
+        if not sink.complete:
+            raise StorageError(
+                storage.url_of(rel),
+                f"short read: wanted {sink.size} bytes at offset {start}, got {sink.received}",
+            )
+    except BaseException as exc:
+        sink.fail(exc)
+        raise
+
+
 def _pread_many(storage, rels: list[str], starts: list[int], ends: list[int]) -> list[bytes]:
     results: list[bytes] = []
     fd, fd_rel = None, None
@@ -90,9 +113,14 @@ def _pread_many(storage, rels: list[str], starts: list[int], ends: list[int]) ->
     return results
 
 
-def _fetch_remote(storage, rels: list[str], starts: list[int], ends: list[int], pins: dict) -> list:
+def _fetch_remote(
+    storage, rels: list[str], starts: list[int], ends: list[int], pins: dict, sinks: list | None = None
+) -> list:
     """GET every range, retrying the failed ones. All ranges of one path come from one version of the object:
-    the first ETag seen for a path (or the one already in `pins`) is sent as If-Match by every later request."""
+    the first ETag seen for a path (or the one already in `pins`) is sent as If-Match by every later request.
+    With `sinks` (a ReceiveBuffer per range), bodies are received into them and a retry asks only for the bytes
+    not received yet."""
+    sinks = sinks or [None] * len(rels)
     paths = [storage.path_of(r) for r in rels]
     direct = storage._direct
     if direct is not None:
@@ -105,7 +133,7 @@ def _fetch_remote(storage, rels: list[str], starts: list[int], ends: list[int], 
     pending = list(range(len(rels)))
     started, failures = time.monotonic(), 0
     while pending:
-        got = get_many([(paths[i], starts[i], ends[i], pins.get(rels[i])) for i in pending])
+        got = get_many([_request(paths[i], starts[i], ends[i], pins.get(rels[i]), sinks[i]) for i in pending])
         failed, first = [], None
         for i, value in zip(pending, got):
             if not isinstance(value, BaseException):
@@ -135,19 +163,35 @@ def _fetch_remote(storage, rels: list[str], starts: list[int], ends: list[int], 
     return results
 
 
-# Each *_get_many takes (path, start, end, ETag or None) requests and gives, for each, (bytes, ETag or None) or
-# the exception of that request.
+def _request(path: str, start: int, end: int, etag: str | None, sink: ReceiveBuffer | None) -> tuple:
+    """The GET of [start, end) of `path`, or of the part a sink has not received yet."""
+    return (path, start if sink is None else start + sink.received, end, etag, sink)
+
+
+# Each *_get_many takes (path, start, end, ETag or None, sink or None) requests and gives, for each, (bytes or
+# the sink, ETag or None) or the exception of that request.
 
 
 def _direct_get_many(client, requests: list[tuple]) -> list:
-    return client.get_many([(*path.split("/", 1), start, end, etag) for path, start, end, etag in requests])
+    return client.get_many([(*path.split("/", 1), *rest) for path, *rest in requests])
+
+
+def _into_sinks(requests: list[tuple], got: list) -> list:
+    """Whole bodies of a backend without streaming written into the requests' sinks."""
+    out = []
+    for (*_, sink), g in zip(requests, got):
+        if sink is not None and not isinstance(g, BaseException):
+            sink.write(g[0])
+            g = (sink, g[1])
+        out.append(g)
+    return out
 
 
 def _fsspec_get_many(fs, requests: list[tuple]) -> list:
     """Ranges from another fsspec store (memory://, ...): no ETags, so nothing is pinned."""
-    paths, starts, ends, _ = zip(*requests)
+    paths, starts, ends, _, _ = zip(*requests)
     got = fs.cat_ranges(list(paths), list(starts), list(ends), on_error="return")
-    return [g if isinstance(g, BaseException) else (g, None) for g in got]
+    return _into_sinks(requests, [g if isinstance(g, BaseException) else (g, None) for g in got])
 
 
 _S3FS_CONCURRENCY = 64  # GETs in flight at once through s3fs's event loop
@@ -159,7 +203,7 @@ def _s3fs_get_many(fs, requests: list[tuple]) -> list:
 
     from fsspec.asyn import sync
 
-    async def one(limit, path, start, end, etag):
+    async def one(limit, path, start, end, etag, _sink):
         if end <= start:
             return b"", etag
         bucket, key = path.split("/", 1)
@@ -183,4 +227,4 @@ def _s3fs_get_many(fs, requests: list[tuple]) -> list:
         limit = asyncio.Semaphore(_S3FS_CONCURRENCY)
         return await asyncio.gather(*(one(limit, *r) for r in requests), return_exceptions=True)
 
-    return sync(fs.loop, run)
+    return _into_sinks(requests, sync(fs.loop, run))

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, urlsplit
 
 from energon_arrow.adapters.httpconn import BLOCK, Connector, Route
+from energon_arrow.adapters.receive import ReceiveBuffer
 from energon_arrow.adapters.sigv4 import EMPTY_SHA256, SigV4Signer
 
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
@@ -151,12 +152,19 @@ class DirectRangeClient:
         return self.get_pinned(bucket, key, start, end)[0]
 
     def get_pinned(
-        self, bucket: str, key: str, start: int = 0, end: int | None = None, etag: str | None = None
-    ) -> tuple[bytes, str | None]:
+        self,
+        bucket: str,
+        key: str,
+        start: int = 0,
+        end: int | None = None,
+        etag: str | None = None,
+        sink: ReceiveBuffer | None = None,
+    ) -> tuple[bytes | ReceiveBuffer, str | None]:
         """`get` plus the ETag (without quotes) of the object read. With `etag`, only that version is read
-        (If-Match): another one is an S3HttpError 412."""
+        (If-Match): another one is an S3HttpError 412. With `sink`, the body is received into it as it arrives
+        and the sink is returned in place of the bytes."""
         if end is not None and end <= start:
-            return b"", etag
+            return (b"" if sink is None else sink), etag
         headers = {}
         if end is not None:
             headers["Range"] = f"bytes={start}-{end - 1}"
@@ -164,7 +172,7 @@ class DirectRangeClient:
             headers["x-amz-checksum-mode"] = "ENABLED"  # ask for the stored checksum of the whole object
         if etag is not None:
             headers["If-Match"] = f'"{etag}"'
-        reader = _GetReader(start, end, etag, self._verify_checksums)
+        reader = _GetReader(start, end, etag, self._verify_checksums, sink)
         return self._send("GET", bucket, key, headers, None, EMPTY_SHA256, reader)
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
@@ -196,8 +204,8 @@ class DirectRangeClient:
         self._send("PUT", bucket, key, headers, body, payload, _read_put)
 
     def get_many(self, requests: Sequence[tuple]) -> list:
-        """Many `get_pinned(bucket, key, start, end, etag)` concurrently; each result is (bytes, etag) or the
-        exception of that request."""
+        """Many `get_pinned(bucket, key, start, end, etag[, sink])` concurrently; each result is (bytes or the
+        sink, etag) or the exception of that request."""
         return self._each(self.get_pinned, requests)
 
     def put_many(self, requests: Sequence[tuple[str, str, bytes]]) -> list[BaseException | None]:
@@ -338,32 +346,55 @@ def _close_routes(routes: dict[int, Route], lock: threading.Lock, pid: int) -> N
 class _GetReader:
     """Reads a GET response and checks it (see the module docstring)."""
 
-    def __init__(self, start: int, end: int | None, etag: str | None, verify: bool = True):
-        self.start, self.end, self.etag, self.verify = start, end, etag, verify
+    def __init__(
+        self,
+        start: int,
+        end: int | None,
+        etag: str | None,
+        verify: bool = True,
+        sink: ReceiveBuffer | None = None,
+    ):
+        self.start, self.end, self.etag, self.verify, self.sink = start, end, etag, verify, sink
 
-    def __call__(self, resp) -> tuple[bytes, str | None]:
+    def __call__(self, resp) -> tuple[bytes | ReceiveBuffer, str | None]:
         etag = (resp.getheader("ETag") or "").strip('"') or None
         if resp.status == 416:  # the range starts at or beyond the end: an empty read, like s3fs
             resp.read()
-            return b"", etag or self.etag
+            return (b"" if self.sink is None else self.sink), etag or self.etag
         if self.etag is not None and etag is not None and etag != self.etag:  # a server that ignored If-Match
             resp.read()
             raise S3HttpError(412, "PreconditionFailed", f"ETag is now {etag}, was {self.etag}")
-        data = resp.read()  # http.client raises IncompleteRead when fewer bytes than Content-Length arrive
         if resp.status == 206:
             got = re.match(r"bytes (\d+)-", resp.getheader("Content-Range") or "")
             if got is None or int(got.group(1)) != self.start:
+                resp.read()
                 raise S3HttpError(
                     502,
                     "InvalidContentRange",
                     f"asked for bytes from {self.start}, got {resp.getheader('Content-Range')!r}",
                 )
-            return data, etag
+            if self.sink is None:
+                return resp.read(), etag  # http.client raises IncompleteRead on a body shorter than announced
+            left = self.sink.size - self.sink.received
+            if resp.length is not None and resp.length != left:
+                resp.read()
+                raise S3HttpError(
+                    502, "InvalidContentRange", f"a body of {resp.length} bytes for {left} asked"
+                )
+            if self.sink.whole:
+                self.sink.write(resp.read())  # http.client raises IncompleteRead on a short body
+            else:
+                self.sink.receive(resp.readinto, left)
+            return self.sink, etag
+        data = resp.read()
         if self.verify:
             _verify_checksums(resp, data)
         if self.end is not None:  # the server ignored Range and sent the whole object
-            return data[self.start : self.end], etag
-        return data, etag
+            data = data[self.start : self.end]
+        if self.sink is None:
+            return data, etag
+        self.sink.write(data)
+        return self.sink, etag
 
 
 def _read_put(resp) -> None:

@@ -19,9 +19,12 @@ reading them), or when a batch is read, so the next group's windows are fetched 
 worker's windows are fetched in the background, earliest needed first, while the bytes fetched or held stay
 within the per-worker byte budget (the windows of the batch being read are always fetched); `read(rows)`
 serves the next batch of this worker as positions in its windows (loader/spans.py) (windows of other workers are taken
-from shared memory then), and drops every window no later batch of this worker reads. Failed GETs are retried
-by the adapters (fetch_groups); every window of one shard fetched by a worker comes from one version of the
-object (ETag pins).
+from shared memory then), and drops every window no later batch of this worker reads. A window is received in
+order into a recycled buffer (adapters/receive.py), and a batch waits only for the bytes it reads of each of its
+windows, not for whole windows (a window's GET is up to `max_window` long: a batch needing the head of a 16 MiB
+window no longer waits for its tail). Failed GETs are retried by the adapters (fetch_into), a cut body from the
+first byte not received; every window of one shard fetched by a worker comes from one version of the object
+(ETag pins).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from energon_arrow.adapters.fetch import fetch_groups
+from energon_arrow.adapters.fetch import fetch_into
+from energon_arrow.adapters.receive import BufferPool, ReceiveBuffer
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.remote_plan import (
     GroupPlan,
@@ -75,8 +79,9 @@ class _Window:
     last: int  # last read that uses it
     readers: list[int]  # the other workers that read it (when this worker fetches it)
     own: bool  # fetched by this worker (else taken from the worker that fetches it)
-    future: Future | None = None
-    view: bytes | mmap.mmap | None = None
+    future: Future | None = None  # this worker's fetch of it
+    recv: ReceiveBuffer | None = None  # where that fetch receives it
+    view: mmap.mmap | None = None  # or the mapping of another worker's fetch
 
     @property
     def nbytes(self) -> int:
@@ -104,6 +109,7 @@ class WindowReader:
         self._next_read = 0
         self._pins: dict[str, str] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._buffers = BufferPool(self.settings.byte_budget)
 
     # ---- planning ----------------------------------------------------------------------------------------
     def announce(self, rows: np.ndarray) -> None:
@@ -113,9 +119,11 @@ class WindowReader:
             return
         with self._lock:
             self._announced += 1
-            # one group ahead: its windows are fetched (within the byte budget) while this one is read
+            # one group ahead: its windows are fetched (within the byte budget) while this one is read; each
+            # group's fetches start before the next group is planned (the first group's GETs are in flight while
+            # the rest of the epoch is planned)
             while self._planned < self._announced + self._group_size and self._plan_group():
-                pass
+                self._submit(None)
             self._submit(None)
 
     def _next_group(self) -> range:
@@ -230,17 +238,21 @@ class WindowReader:
             if self._held + w.nbytes > self.settings.byte_budget and (need is None or w.first > need):
                 return
             self._waiting.pop(0)
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="ea-window")
-            w.future = self._pool.submit(self._fetch, w)
-            self._held += w.nbytes
+            self._start_fetch(w)
 
-    def _fetch(self, w: _Window):
-        rel = self.src.shard_paths[w.shard]
-        data = fetch_groups(self.src.storage, [rel], [w.start], [w.end], self._pins)[0]
-        if w.readers:
-            self.feed.share.publish(w.name, data, w.readers)
-        return data
+    def _start_fetch(self, w: _Window) -> None:
+        """Start fetching `w` into a receive buffer (called with the lock held)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="ea-window")
+        w.recv = self._buffers.take(w.nbytes)
+        w.future = self._pool.submit(self._fetch, w.shard, w.start, w.recv, w.name, w.readers)
+        self._held += w.nbytes
+
+    def _fetch(self, shard: int, start: int, recv: ReceiveBuffer, name: str, readers: list[int]) -> None:
+        fetch_into(self.src.storage, self.src.shard_paths[shard], start, recv, self._pins)
+        if readers:
+            with memoryview(recv.data) as view:
+                self.feed.share.publish(name, view[: recv.size], readers)
 
     # ---- reading -----------------------------------------------------------------------------------------
     def read(self, rows: np.ndarray) -> Spans:
@@ -262,40 +274,33 @@ class WindowReader:
             self._submit(seq)
             windows = {n: self._windows[n] for n in dict.fromkeys(names)}
         slot = {n: i for i, n in enumerate(windows)}
-        spans = Spans(
-            [self._buffer(w) for w in windows.values()],
-            np.array([slot[n] for n in names], np.int64),
-            np.asarray(inner, np.int64),
-            np.asarray(size, np.int64),
-        )
+        buf = np.array([slot[n] for n in names], np.int64)
+        inner, size = np.asarray(inner, np.int64), np.asarray(size, np.int64)
+        need = np.zeros(len(windows), np.int64)  # of each window, the bytes this batch waits for
+        np.maximum.at(need, buf, inner + size)
+        spans = Spans([self._buffer(w, n) for w, n in zip(windows.values(), need.tolist())], buf, inner, size)
         with self._lock:
             self._release()
             self._submit(None)
         return spans
 
-    def _buffer(self, w: _Window) -> bytes | mmap.mmap:
-        """The bytes of a window: this worker's fetch, or the mapping of the fetching worker's (fetched here
-        when that one does not come)."""
-        if w.view is None:
-            if w.future is None and not w.own:
-                view = self.feed.share.take(w.name, w.nbytes)
+    def _buffer(self, w: _Window, need: int) -> mmap.mmap | bytes:
+        """The buffer of a window once its first `need` bytes are there: this worker's fetch, or the mapping of
+        the fetching worker's (fetched here when that one does not come)."""
+        if w.view is not None:
+            return w.view
+        if w.future is None and not w.own:
+            view = self.feed.share.take(w.name, w.nbytes)
+            with self._lock:
                 if view is None:
                     w.readers = []
-                    with self._lock:
-                        w.future = self._pool_submit(w)
-                        self._held += w.nbytes
+                    self._start_fetch(w)
                 else:
-                    with self._lock:
-                        self._held += w.nbytes
+                    self._held += w.nbytes
                     w.view = view
                     return view
-            w.view = w.future.result()
-        return w.view
-
-    def _pool_submit(self, w: _Window) -> Future:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="ea-window")
-        return self._pool.submit(self._fetch, w)
+        w.recv.wait(need)
+        return w.recv.data
 
     def _release(self) -> None:
         """Drop the windows whose reads are all done; those of the last group planned stay until the next group
@@ -305,6 +310,8 @@ class WindowReader:
             w = self._windows.pop(name)
             if w.future is not None or w.view is not None:
                 self._held -= w.nbytes
+            if w.recv is not None:
+                self._buffers.give(w.recv, w.future.done)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -7,6 +7,8 @@ import posixpath
 import pytest
 
 from energon_arrow.adapters import AccessDenied, NotFound, RetryPolicy, TransientError, open_storage
+from energon_arrow.adapters.fetch import fetch_into
+from energon_arrow.adapters.receive import ReceiveBuffer, new_mapping
 from energon_arrow.testing.seaweedfs import ACCESS_KEY, SECRET_KEY
 from tests.processes import run_collecting
 
@@ -212,3 +214,29 @@ def test_libraries_reading_through_fsspec_retry_transient_errors(fault_proxy, s3
         fault_proxy.inject("error500", "503:SlowDownRead", "error429")
         assert ds.sql("SELECT count(*) AS n FROM samples").arrow().column("n").to_pylist() == [10]
         assert not fault_proxy._faults  # the three faults were met, and retried
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-client", "s3fs"])
+def test_a_body_cut_short_is_fetched_again_from_where_it_stopped(fault_proxy, s3_object, direct):
+    """fetch_into: the direct client receives the body as it comes, so the retry asks only for the bytes that
+    did not arrive; s3fs returns whole bodies only, so its retry asks for the whole range again."""
+    bucket, key, data = s3_object
+    store, name = through_proxy(fault_proxy, bucket, key, direct)
+    fault_proxy.inject("truncate")  # the full Content-Length announced, half the body sent
+    sink = ReceiveBuffer(10_000, new_mapping(10_000))  # received in blocks (a window of 1 MiB or more)
+    fetch_into(store, name, 1000, sink)
+    assert sink.complete and bytes(sink.data[: sink.size]) == data[1000:11_000]
+    ranges = [r for method, _, r, _ in fault_proxy.requests if method == "GET"]
+    assert ranges == ["bytes=1000-10999", "bytes=6000-10999" if direct else "bytes=1000-10999"]
+
+
+def test_a_fetch_into_that_gives_up_fails_its_waiters(fault_proxy, s3_object):
+    bucket, key, _ = s3_object
+    store, name = through_proxy(fault_proxy, bucket, key)
+    fault_proxy.inject(*["truncate"] * FAST.attempts)
+    sink = ReceiveBuffer(10_000, new_mapping(10_000))
+    with pytest.raises(TransientError, match="gave up after 4 attempts"):
+        fetch_into(store, name, 0, sink)
+    with pytest.raises(TransientError, match="gave up after 4 attempts"):
+        sink.wait(sink.size)  # a reader waiting on the window gets the same error
+    assert 0 < sink.received < sink.size
