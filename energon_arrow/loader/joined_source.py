@@ -48,6 +48,7 @@ def take_rows(src: SplitSource, rows: np.ndarray) -> SplitSource:
         _key_maps=[],
         rowmap=None,
         excluded=None,  # the taken rows are their own index space (energon's join drops excluded samples)
+        cut_at_shards=False,  # energon slices a join's rows without regard to shards
     )
 
 

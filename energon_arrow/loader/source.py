@@ -80,6 +80,9 @@ class SplitSource:
     #: them, its sample loader skips them as it reads them (energon/train_order.py, worker_slices.py); None or
     #: empty: none (then positions are rows)
     excluded: np.ndarray | None = None
+    #: whether energon cuts this source's worker slices into sequences at its shard boundaries: a dataset's
+    #: factory does (energon's `shard_workers`); a join's index is sliced as one run of rows (`slice_workers`)
+    cut_at_shards: bool = True
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -94,7 +97,9 @@ class SplitSource:
     def energon_shard_bounds(self) -> np.ndarray:
         """The shard boundaries inside this source in energon's index space (where energon cuts its worker slices
         into sequences): the split's shards by their .info.json sample counts (sources with `excluded` samples,
-        which are opened from a split); otherwise the starts of the runs of rows of one shard."""
+        which are opened from a split); otherwise the starts of the runs of rows of one shard. None inside a join."""
+        if not self.cut_at_shards:
+            return np.zeros(0, np.int64)
         if not self.has_excluded() or not self.split_shards:
             return self.shard_runs()[0]
         counts = [count for _name, count in self.split_shards]

@@ -1,0 +1,138 @@
+"""`join:` metadatasets in energon's order: energon 7.4.1 slices a join's index as one run of rows (its
+`slice_workers`, no cut at shard boundaries, unlike a dataset's `shard_workers`) and drops the samples split.yaml
+excludes before joining, so the joined batches of the energon API must be energon's, in order, with and without
+excludes in either member; and the join index energon looks for must carry the name energon gives it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import energon_arrow as ea
+from tests.conformance.test_metadataset_forms import V2, _write
+
+pytestmark = pytest.mark.conformance
+energon = pytest.importorskip("megatron.energon")
+
+EXCLUDES = {
+    "none": ([], []),
+    "primary": (["shards/shard-000000.tar/000000_000002", "shards/shard-000001.tar/000001_000007"], []),
+    "other": ([], ["shards/shard-000001.tar/000001_000003"]),
+    "both": (
+        [
+            "shards/shard-000000.tar/000000_000002",
+            "shards/shard-000001.tar/000001_000007",
+            "shards/shard-000002.tar/000002_000000",
+        ],
+        ["shards/shard-000001.tar/000001_000003", "shards/shard-000000.tar/000000_000005"],
+    ),
+}
+
+
+def _with_excludes(root: str, entries: list[str]) -> None:
+    path = os.path.join(root, ".nv-meta", "split.yaml")
+    with open(path) as f:
+        text = f.read().replace("exclude: []\n", "")
+    with open(path, "w") as f:
+        f.write(text + "exclude:\n" + "".join(f"  - {e}\n" for e in entries) if entries else text)
+
+
+@pytest.fixture(scope="module", params=list(EXCLUDES))
+def join_yaml(request, tmp_path_factory):
+    from tests.query.conftest import make_energon_dataset
+
+    base = tmp_path_factory.mktemp(f"join-order-{request.param}")
+    primary = make_energon_dataset(str(base / "p"), shards=3, samples=8, seed=0, split_ratio="1,0,0")
+    other = make_energon_dataset(str(base / "o"), shards=2, samples=8, seed=5, split_ratio="1,0,0")
+    for root, entries in zip((primary, other), EXCLUDES[request.param]):
+        _with_excludes(root, entries)
+    path = _write(
+        base,
+        "j.yaml",
+        V2
+        + f"""  train:
+    join:
+      - path: {primary}
+      - path: {other}
+        nonmatch: skip
+    joiner:
+      __module__: megatron.energon
+      __class__: TextSample
+""",
+    )
+    ea.prepare_metadataset(path)
+    return path
+
+
+def _keys(mod, path, split, workers=0, rank=0, world=1, **kw):
+    class TE(mod.DefaultTaskEncoder):
+        decoder = None
+
+    wc = mod.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
+    if split == "val":
+        ds = mod.get_val_dataset(path, split_part="train", worker_config=wc, batch_size=3, task_encoder=TE())
+    else:
+        ds = mod.get_train_dataset(
+            path, worker_config=wc, batch_size=3, task_encoder=TE(), repeat=False, **kw
+        )
+    return len(ds), [(k, t) for b in mod.get_loader(ds) for k, t in zip(b.__key__, b.text)]
+
+
+TRAIN = [
+    dict(shuffle_buffer_size=None, max_samples_per_sequence=None),
+    dict(shuffle_buffer_size=None, max_samples_per_sequence=3, workers=2),
+    dict(shuffle_buffer_size=3, max_samples_per_sequence=None),
+    dict(shuffle_buffer_size=3, max_samples_per_sequence=2, workers=2, rank=1, world=2),
+]
+
+
+@pytest.mark.parametrize("case", TRAIN, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_join_train_batches_in_energon_order(join_yaml, case):
+    ours, ref = _keys(ea, join_yaml, "train", **case), _keys(energon, join_yaml, "train", **case)
+    assert ours == ref and ours[1]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_join_val_batches_in_energon_order(join_yaml, workers):
+    assert _keys(ea, join_yaml, "val", workers) == _keys(energon, join_yaml, "val", workers)
+
+
+_NAMES = """
+import os, sys
+import energon_arrow as ea
+from megatron.energon.epathlib import EPath
+from megatron.energon.metadataset.loader import load_dataset
+path = sys.argv[1]
+ref = load_dataset(EPath(path)).splits["train"]._dataset._get_joined_meta("train")[0].name
+print(ref == os.path.basename(ea.prepare_metadataset(path)[0]))
+"""
+
+
+def test_join_index_named_as_energon_names_it_in_the_same_process(tmp_path_factory):
+    """energon hashes a member's sample excludes in the iteration order of a set (built from the set of all
+    entries), which follows Python's per-process string hashing: the name we write must be the one energon
+    computes in the same process, whatever the hash seed."""
+    from tests.query.conftest import make_energon_dataset
+
+    base = tmp_path_factory.mktemp("join-names")
+    primary = make_energon_dataset(str(base / "p"), shards=3, samples=8, seed=0, split_ratio="1,0,0")
+    other = make_energon_dataset(str(base / "o"), shards=2, samples=8, seed=5, split_ratio="1,0,0")
+    entries = [f"shards/shard-00000{s}.tar/00000{s}_00000{i}" for s in range(3) for i in range(0, 8, 3)]
+    _with_excludes(primary, ["shards/shard-000002.tar", *entries])
+    _with_excludes(other, entries[:4])
+    path = _write(
+        base,
+        "j.yaml",
+        V2
+        + f"  train:\n    join:\n      - path: {primary}\n      - path: {other}\n        nonmatch: skip\n"
+        + "    joiner:\n      __module__: megatron.energon\n      __class__: TextSample\n",
+    )
+    for seed in range(8):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run(
+            [sys.executable, "-c", _NAMES, path], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip().splitlines()[-1] == "True", (seed, out.stdout[-500:])
