@@ -272,6 +272,7 @@ def build_dataset(
             shuffle_buffer=ds.settings.shuffle_buffer,
             drop_last=ds.settings.drop_last,
             gaps=gaps,
+            factory_sizes=rotation,
         )
     if sample_order == "energon" or mode == "val":
         ds.settings.slice_workers = max(1, worker_config.num_workers)

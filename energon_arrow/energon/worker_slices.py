@@ -221,10 +221,13 @@ def train_pipeline(
     repeat: bool,
     shuffle_buffer: int | None,
     gaps: list | None = None,
+    factory_sizes: list[int] | None = None,
 ):
     """The stages energon's `build_train_datasets` chains for worker w (`offsets`: per dataset, per worker, its
     sequence boundaries in energon's index space; `sizes`: each dataset's positions there; `gaps`: each one's
-    excluded samples there; a blend's `weights` or a blend_epochized's `repetitions`, else neither)."""
+    excluded samples there; a blend's `weights` or a blend_epochized's `repetitions`, else neither;
+    `factory_sizes`: each dataset's `len(factory)`, by which energon weighs the datasets of a blend_epochized - the
+    whole split for a `subset:`, the primary's split for a join - default `sizes`)."""
     gaps = gaps or [None] * len(sizes)
     loaders = [
         SampleLoader(d, offsets[d][w], over_epochs[d], parallel, seed, gaps[d]) for d in range(len(sizes))
@@ -236,7 +239,7 @@ def train_pipeline(
     else:  # SAMPLE_REPETITIONS, or NONE without repeat: each dataset once (or r times), blended by length
         reps = repetitions if repetitions is not None else [None] * len(sizes)
         stages = [loader if r in (None, 1) else Repeat(loader, r) for loader, r in zip(loaders, reps)]
-        mix = [n * (1 if r is None else r) for n, r in zip(sizes, reps)]
+        mix = [n * (1 if r is None else r) for n, r in zip(factory_sizes or sizes, reps)]
     stage = Blend(stages, mix, seed) if len(stages) > 1 else stages[0]
     if repeat:
         stage = Repeat(stage, None)
@@ -259,10 +262,11 @@ def train_schedule(
     shuffle_buffer: int | None,
     drop_last: bool = False,
     gaps: list | None = None,
+    factory_sizes: list[int] | None = None,
 ) -> WorkerSchedule:
     """This rank's training batches in energon's order (see the module docstring; `offsets`: per dataset, per
     worker of the rank, its sequence boundaries, energon_len.worker_slice_offsets; `sizes`, `offsets` in energon's
-    index space, `gaps`: each dataset's excluded samples there)."""
+    index space, `gaps`: each dataset's excluded samples there; `factory_sizes`: see train_pipeline)."""
     wc = worker_config
     workers = max(1, wc.num_workers)
     common = dict(
@@ -275,6 +279,7 @@ def train_schedule(
         repeat=repeat,
         shuffle_buffer=shuffle_buffer,
         gaps=gaps,
+        factory_sizes=factory_sizes,
     )
 
     def builder(w: int):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 
 from energon_arrow.adapters import open_storage
@@ -257,7 +258,16 @@ class _Resolver:
         return ResolvedSplit("none", [leaf])
 
     def _join(self, doc, node, split_part, subflavors, subset) -> Leaf:
-        multiplier = _multiplier(doc, node)
+        if _multiplier(doc, node) != 1:
+            # energon 7.4.1 parses a join's own multiplier but loads the join with the outer one alone (its
+            # MetadatasetJoin.get_datasets passes on its argument): so does energon-arrow, or the order would differ
+            warnings.warn(
+                f"{doc.at(node, 'shuffle_over_epochs_multiplier')}: shuffle_over_epochs_multiplier on a join has no "
+                "effect (as in energon 7.4.1, which applies only the outer ones): set it on the reference to this "
+                "metadataset or pass it to get_train_dataset",
+                UserWarning,
+                stacklevel=2,
+            )
         for key in ("dataset_config", "split_config"):
             if node.get(key) is not None:
                 raise LoaderError(
@@ -289,7 +299,6 @@ class _Resolver:
             subflavors=subflavors,
             subset=subset,
             join=JoinSpec(members, dict(joiner), doc.path),
-            shuffle_over_epochs=multiplier,
         )
 
     def _join_member(self, doc, node) -> JoinMember:

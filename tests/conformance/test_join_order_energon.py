@@ -1,10 +1,14 @@
 """`join:` metadatasets in energon's order: energon 7.4.1 slices a join's index as one run of rows (its
 `slice_workers`, no cut at shard boundaries, unlike a dataset's `shard_workers`) and drops the samples split.yaml
 excludes before joining, so the joined batches of the energon API must be energon's, in order, with and without
-excludes in either member; and the join index energon looks for must carry the name energon gives it."""
+excludes in either member; and the join index energon looks for must carry the name energon gives it. Also in
+energon's order: a join with a `subset:`, in a blend and in a blend_epochized (energon weighs a blend_epochized's
+datasets by `len(factory)`: the primary's whole split for a join, the whole split for a `subset:`), and a join's own
+`shuffle_over_epochs_multiplier`, which energon 7.4.1 parses and does not apply."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -136,3 +140,98 @@ def test_join_index_named_as_energon_names_it_in_the_same_process(tmp_path_facto
             [sys.executable, "-c", _NAMES, path], env=env, capture_output=True, text=True, check=True
         )
         assert out.stdout.strip().splitlines()[-1] == "True", (seed, out.stdout[-500:])
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    from tests.query.conftest import make_energon_dataset
+
+    base = tmp_path_factory.mktemp("join-more")
+    primary = make_energon_dataset(str(base / "p"), shards=3, samples=8, seed=0, split_ratio="1,0,0")
+    other = make_energon_dataset(str(base / "o"), shards=2, samples=8, seed=5, split_ratio="1,0,0")
+    plain = make_energon_dataset(str(base / "q"), shards=2, samples=8, seed=7, split_ratio="1,0,0")
+    _with_excludes(
+        primary, ["shards/shard-000000.tar/000000_000002", "shards/shard-000001.tar/000001_000007"]
+    )
+    return primary, other, plain
+
+
+JOIN = """join:
+      - path: {primary}
+      - path: {other}
+        nonmatch: skip
+    joiner:
+      __module__: megatron.energon
+      __class__: TextSample
+"""
+FORMS = {
+    "subset": "  train:\n    subset: {{range: [10%, 80%]}}\n    " + JOIN,
+    "multiplier": "  train:\n    shuffle_over_epochs_multiplier: 2\n    " + JOIN,
+}
+BLEND = """  train:
+    blend:
+      - weight: 2
+        path: j.yaml
+      - weight: 1
+        path: {plain}
+"""
+BLEND_EP = """  train:
+    blend_epochized:
+      - repetitions: 2
+        path: j.yaml
+      - repetitions: 1
+        path: {plain}
+"""
+BLEND_EP_SUB = """  train:
+    blend_epochized:
+      - repetitions: 2
+        path: {plain}
+        subset: {{range: [10%, 60%]}}
+      - repetitions: 1.5
+        path: {primary}
+"""
+
+
+@pytest.mark.parametrize("form", ["subset", "multiplier", "blend", "blend_epochized", "epochized_subset"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(shuffle_buffer_size=3, max_samples_per_sequence=2, workers=2),
+        dict(shuffle_buffer_size=None, max_samples_per_sequence=None, workers=0, rank=1, world=2),
+    ],
+)
+def test_join_forms_in_energon_order(roots, form, case, tmp_path):
+    primary, other, plain = roots
+    if form in FORMS:
+        path = _write(tmp_path, "m.yaml", V2 + FORMS[form].format(primary=primary, other=other))
+    else:
+        _write(tmp_path, "j.yaml", V2 + "  train:\n    " + JOIN.format(primary=primary, other=other))
+        ea.prepare_metadataset(str(tmp_path / "j.yaml"))
+        text = {"blend": BLEND, "blend_epochized": BLEND_EP, "epochized_subset": BLEND_EP_SUB}[form]
+        path = _write(tmp_path, "m.yaml", V2 + text.format(plain=plain, primary=primary))
+    ea.prepare_metadataset(path)
+    n = 40 if form == "blend" else None
+
+    def keys(mod):
+        if n is None:
+            return _keys(mod, path, "train", **case)
+
+        class TE(mod.DefaultTaskEncoder):
+            decoder = None
+
+        c = dict(case)
+        wc = mod.WorkerConfig(
+            rank=c.pop("rank", 0), world_size=c.pop("world", 1), num_workers=c.pop("workers", 0)
+        )
+        ds = mod.get_train_dataset(path, worker_config=wc, batch_size=3, task_encoder=TE(), **c)
+        return [k for b in itertools.islice(mod.get_loader(ds), n) for k in b.__key__]
+
+    ours, ref = keys(ea), keys(energon)
+    assert ours == ref and ours
+
+
+def test_a_joins_own_multiplier_is_reported_as_without_effect(roots, tmp_path):
+    primary, other, _ = roots
+    path = _write(tmp_path, "m.yaml", V2 + FORMS["multiplier"].format(primary=primary, other=other))
+    with pytest.warns(UserWarning, match=r"m\.yaml.*shuffle_over_epochs_multiplier on a join has no effect"):
+        ea.prepare_metadataset(path)
