@@ -158,12 +158,14 @@ class JoinedBuilder(SampleBuilder):
         self.joiner, self.names = joiner, names
 
     @property
-    def index_offset(self) -> int:  # the joined rows' split position: the primary's SourceInfo.index
+    def index_offset(self) -> int:  # the joined rows' split position: every member's SourceInfo.index
         return self.primary.index_offset
 
     @index_offset.setter
     def index_offset(self, value: int) -> None:
         self.primary.index_offset = value
+        for _src, _rows, builder in getattr(self, "members", ()):
+            builder.index_offset = value
 
     def _open_readers(self) -> list[SampleReader]:
         if self.readers is None:
@@ -185,17 +187,19 @@ class JoinedBuilder(SampleBuilder):
             self._batch_views[i] = dict(zip(need.tolist(), views if located is None else located))
 
     def _member(self, i: int, row: int, seed: int | None) -> Any:
+        """Member i's sample of joined row `row`; its SourceInfo.index is the joined row's, as in energon (whose
+        join index gives every member the row's position)."""
         src, rows, builder = self.members[i]
         r = int(rows[row])
         if r < 0:
             return None
         got = self._batch_views[i].get(r)
         if isinstance(got, tuple):  # located_samples' (key, parts, shard, sample index)
-            return builder.build(*got, r, seed)
+            return builder.build(*got, row, seed)
         if got is None:  # a sample built outside a batch (restore_sample)
             (got,) = self._open_readers()[i].read(np.array([r], np.int64))
         key, parts = sample_parts(src, r, got)
-        return builder.build(key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), r, seed)
+        return builder.build(key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), row, seed)
 
     def build(
         self, key: str, parts: dict, shard: str, sample_index: int, split_index: int, seed: int | None = None
