@@ -9,18 +9,20 @@ call (energon/pipeline_config.py puts it in the pipeline); the names follow docs
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from energon_arrow.energon.wrappers.factories import factory_class
 from energon_arrow.loader.source import SplitSource
 
 _WDS = "megatron.energon.flavors.webdataset"
-#: energon's sample-loading function of each factory kind (its `_load_sample_raw`) and its default sample loader
+#: energon's sample-loading function of each factory kind (`_load_sample_raw`; a join's `load_sample`) and its default
+#: sample loader
 LOAD_SAMPLE_RAW = f"{_WDS}.base_webdataset.BaseWebdatasetFactory._load_sample_raw"
 JSONL_LOAD_SAMPLE_RAW = (
     "megatron.energon.flavors.jsonl.crude_jsonl_dataset.CrudeJsonlDatasetFactory._load_sample_raw"
 )
-JOINED_LOAD_SAMPLE_RAW = f"{_WDS}.joined_webdataset.JoinedWebdatasetFactory._load_sample_raw"
+JOINED_LOAD_SAMPLE = f"{_WDS}.joined_webdataset.JoinedWebdatasetFactory.load_sample"
 SAMPLE_LOADER = (
     f"{_WDS}.default_generic_webdataset.DefaultGenericWebdatasetFactory.__init__.<locals>.<lambda>"
 )
@@ -91,18 +93,21 @@ def factory_config(source: SplitSource, training: bool, decoder: Any, **options)
             "subflavors": source.subflavors,
         }
     if kind == "JoinedWebdatasetFactory":
+        # each member as its own factory describes it (the primary too: its class, no subset: the join has it)
+        primary, *others = _members(source)
+        members = [dataclasses.replace(primary, builder=None, subset_config=None), *others]
         joined = [
             webdataset_config(
                 m, training=training, decoder=decoder, subflavors=source.subflavors or {}, **options
             )
-            for m in _members(source)
+            for m in members
         ]
         return {
             "type": kind,
             "joined_datasets": joined,
             "training": training,
             **options,
-            "subset": None,
+            "subset": source.subset_config,
         }
     return webdataset_config(source, training=training, decoder=decoder, **options)
 
@@ -124,7 +129,7 @@ def core_config(
     kind = factory_class(source).__name__
     load = {
         "DefaultCrudeJsonlDatasetFactory": JSONL_LOAD_SAMPLE_RAW,
-        "JoinedWebdatasetFactory": JOINED_LOAD_SAMPLE_RAW,
+        "JoinedWebdatasetFactory": JOINED_LOAD_SAMPLE,
     }
     parallel = parallel_shard_iters if parallel_shard_iters is not None else (16 if training else 1)
     loader = {

@@ -62,12 +62,13 @@ def open_leaf(leaf: Leaf, storage_options: dict | None = None) -> SplitSource:
             dataset_yaml=leaf.dataset_config or "dataset.yaml",
             split_config=leaf.split_config or "split.yaml",
         )
-    if leaf.subset is not None and leaf.join is None:  # a join applies its subset to the joined rows
-        # energon cuts the subset out of its index space, which counts the split's excluded samples
-        n = src.energon_len()
-        start, end = leaf.subset.bounds(n, src.name)
-        if (start, end) != (0, n):
-            src = src.energon_subset(start, end)
+    if leaf.subset is not None:
+        if leaf.join is None:  # a join applied its subset to the joined rows (open_joined)
+            # energon cuts the subset out of its index space, which counts the split's excluded samples
+            n = src.energon_len()
+            start, end = leaf.subset.bounds(n, src.name)
+            if (start, end) != (0, n):
+                src = src.energon_subset(start, end)
         src.subset_config = leaf.subset.energon_config()
     if leaf.aux:
         src.aux = {name: open_file_store(ref, storage_options) for name, ref in leaf.aux.items()}

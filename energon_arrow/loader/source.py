@@ -68,8 +68,8 @@ class SplitSource:
     #: the split's shards as its split.yaml lists them, whole-shard excludes left out: (path, sample count in
     #: .info.json); None: not opened from a split (energon's `factory.shards`, energon/factory_config.py)
     split_shards: list[tuple[str, int]] | None = None
-    #: the split.yaml's `exclude` entries naming a sample (or a shard by its path), sorted (energon's
-    #: `factory.sample_excludes`: the entries containing "/")
+    #: the split.yaml's `exclude` entries naming a sample (or a shard by its path), as energon's
+    #: `factory.sample_excludes` lists them (the entries containing "/", in its set order)
     sample_excludes: list[str] = field(default_factory=list)
     #: the metadataset `subset:` this source was cut with, as energon's factories report it (`{"range": ...,
     #: "absolute_range": ...}`, metadataset/subset.py `energon_config`); None: no subset
@@ -309,7 +309,7 @@ def open_split(
     )  # fmt: skip
     src.shard_check = check
     src.split_shards = [(p, info.shard_counts[p]) for p in mine["path"].to_pylist()]
-    src.sample_excludes = sorted({e for e in config.exclude if "/" in e})
+    src.sample_excludes = config.energon_sample_excludes()
     src.excluded = excluded_positions(gaps)
     return src
 

@@ -47,6 +47,13 @@ class SplitConfig:
             expand_all(self.exclude),
         )
 
+    def energon_sample_excludes(self) -> list[str]:
+        """energon's `sample_excludes`, in its order: the expanded entries containing "/", iterated as energon
+        builds them, a set taken from the set of all entries (where string hashes collide, a set's order follows
+        its insertion order and history, so only the same steps give energon's order in this process)."""
+        every = {e for e in expand_all(self.exclude)}  # a comprehension as energon builds it, not set()
+        return list({e for e in every if "/" in e})
+
     def excluded_shards(self, shards=None) -> set[str]:
         """Whole shards excluded: expanded entries naming a shard of `shards` (default: not `<x>.tar/<key>`)."""
         return self.classify_excludes(shards)[0]

@@ -34,10 +34,7 @@ def join_index_name(leaf: Leaf, storage_options: dict | None) -> tuple[str, bool
         digest.update(b"\0uuid=")
         digest.update(storage.read_text(".nv-meta/index.uuid").encode())
         digest.update(b"\0excludes=")
-        # a set of the sample entries built from a set of all entries, as energon builds it: a set's iteration
-        # order follows its insertion order where hashes collide, so the same two steps give energon's order
-        every = {e for e in split.exclude}  # a comprehension, as energon's: the set grows as energon's does
-        excludes = {e for e in every if "/" in e}
+        excludes = split.energon_sample_excludes()  # hashed in energon's order
         order_dependent |= len(excludes) > 1
         for exclude in excludes:
             digest.update(exclude.encode())

@@ -9,6 +9,7 @@ datasets by `len(factory)`: the primary's whole split for a join, the whole spli
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -321,3 +322,37 @@ def test_join_train_sources_in_energon_order_and_restored(roots, tmp_path):
     assert o[0] == r[0]
     assert o[1] == r[1]
     assert o[2] == o[1] and r[2] == r[1]
+
+
+@pytest.mark.parametrize("form", ["plain", "subset"])
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_join_config_as_energon_reports_it(roots, tmp_path, form, split):
+    """`config()`: the join's factory, its members as their own factories (the primary's class, its sample
+    excludes in energon's set order), the join's `subset:` and energon's `load_sample`."""
+    primary, other, _ = roots
+    text = "  train:\n    " + JOIN if form == "plain" else FORMS["subset"]
+    path = _write(tmp_path, "j.yaml", V2 + text.format(primary=primary, other=other))
+    ea.prepare_metadataset(path)
+
+    def cfg(mod):
+        class TE(mod.DefaultTaskEncoder):
+            decoder = None
+
+        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=2)
+        if split == "val":
+            ds = mod.get_val_dataset(
+                path, split_part="train", worker_config=wc, batch_size=3, task_encoder=TE()
+            )
+        else:
+            ds = mod.get_train_dataset(
+                path,
+                worker_config=wc,
+                batch_size=3,
+                task_encoder=TE(),
+                shuffle_buffer_size=4,
+                max_samples_per_sequence=3,
+            )
+        return json.loads(json.dumps(ds.config(), default=str))
+
+    o, r = cfg(ea), cfg(energon)  # one process: energon's set orders are this process's
+    assert o == r
