@@ -4,7 +4,8 @@ excludes before joining, so the joined batches of the energon API must be energo
 excludes in either member; and the join index energon looks for must carry the name energon gives it. Also in
 energon's order: a join with a `subset:`, in a blend and in a blend_epochized (energon weighs a blend_epochized's
 datasets by `len(factory)`: the primary's whole split for a join, the whole split for a `subset:`), and a join's own
-`shuffle_over_epochs_multiplier`, which energon 7.4.1 parses and does not apply."""
+`shuffle_over_epochs_multiplier`, which energon 7.4.1 parses and does not apply. Every member's SourceInfo.index is
+the joined row's position, and `config()` describes the join as energon does."""
 
 from __future__ import annotations
 
@@ -36,6 +37,16 @@ EXCLUDES = {
     ),
 }
 
+JOIN = """join:
+      - path: {primary}
+      - path: {other}
+        nonmatch: skip
+    joiner:
+      __module__: megatron.energon
+      __class__: TextSample
+"""
+TRAIN_JOIN = "  train:\n    " + JOIN
+
 
 def _with_excludes(root: str, entries: list[str]) -> None:
     path = os.path.join(root, ".nv-meta", "split.yaml")
@@ -45,45 +56,52 @@ def _with_excludes(root: str, entries: list[str]) -> None:
         f.write(text + "exclude:\n" + "".join(f"  - {e}\n" for e in entries) if entries else text)
 
 
-@pytest.fixture(scope="module", params=list(EXCLUDES))
-def join_yaml(request, tmp_path_factory):
+def _datasets(base, primary_excludes: list[str], other_excludes: list[str], plain: bool = False) -> list[str]:
+    """The primary (3 shards x 8), the other member (2 shards x 8: the primary's third shard has no match) and
+    with `plain` a third dataset to blend with, prepared by energon, with these split.yaml excludes."""
     from tests.query.conftest import make_energon_dataset
 
-    base = tmp_path_factory.mktemp(f"join-order-{request.param}")
-    primary = make_energon_dataset(str(base / "p"), shards=3, samples=8, seed=0, split_ratio="1,0,0")
-    other = make_energon_dataset(str(base / "o"), shards=2, samples=8, seed=5, split_ratio="1,0,0")
-    for root, entries in zip((primary, other), EXCLUDES[request.param]):
-        _with_excludes(root, entries)
-    path = _write(
-        base,
-        "j.yaml",
-        V2
-        + f"""  train:
-    join:
-      - path: {primary}
-      - path: {other}
-        nonmatch: skip
-    joiner:
-      __module__: megatron.energon
-      __class__: TextSample
-""",
-    )
-    ea.prepare_metadataset(path)
-    return path
+    roots = [
+        make_energon_dataset(str(base / name), shards=shards, samples=8, seed=seed, split_ratio="1,0,0")
+        for name, shards, seed in [("p", 3, 0), ("o", 2, 5), ("q", 2, 7)][: 3 if plain else 2]
+    ]
+    _with_excludes(roots[0], primary_excludes)
+    _with_excludes(roots[1], other_excludes)
+    return roots
 
 
-def _keys(mod, path, split, workers=0, rank=0, world=1, **kw):
+def _dataset(mod, path, split, workers=0, rank=0, world=1, **kw):
+    """`mod`'s dataset (energon_arrow or megatron.energon) of `path`: val of its train split, or train."""
+
     class TE(mod.DefaultTaskEncoder):
         decoder = None
 
     wc = mod.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
     if split == "val":
-        ds = mod.get_val_dataset(path, split_part="train", worker_config=wc, batch_size=3, task_encoder=TE())
+        return mod.get_val_dataset(path, worker_config=wc, batch_size=3, task_encoder=TE(), **kw)
+    return mod.get_train_dataset(path, worker_config=wc, batch_size=3, task_encoder=TE(), **kw)
+
+
+def _keys(mod, path, split, **kw):
+    if split == "val":
+        kw["split_part"] = "train"
     else:
-        ds = mod.get_train_dataset(
-            path, worker_config=wc, batch_size=3, task_encoder=TE(), repeat=False, **kw
-        )
+        kw.setdefault("repeat", False)
+    ds = _dataset(mod, path, split, **kw)
     return len(ds), [(k, t) for b in mod.get_loader(ds) for k, t in zip(b.__key__, b.text)]
+
+
+def _src(s) -> tuple:
+    return (str(s.dataset_path).rsplit("/", 1)[-1], s.index, s.shard_name, tuple(s.file_names))
+
+
+@pytest.fixture(scope="module", params=list(EXCLUDES))
+def join_yaml(request, tmp_path_factory):
+    base = tmp_path_factory.mktemp(f"join-order-{request.param}")
+    primary, other = _datasets(base, *EXCLUDES[request.param])
+    path = _write(base, "j.yaml", V2 + TRAIN_JOIN.format(primary=primary, other=other))
+    ea.prepare_metadataset(path)
+    return path
 
 
 TRAIN = [
@@ -102,7 +120,7 @@ def test_join_train_batches_in_energon_order(join_yaml, case):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_join_val_batches_in_energon_order(join_yaml, workers):
-    assert _keys(ea, join_yaml, "val", workers) == _keys(energon, join_yaml, "val", workers)
+    assert _keys(ea, join_yaml, "val", workers=workers) == _keys(energon, join_yaml, "val", workers=workers)
 
 
 _NAMES = """
@@ -120,21 +138,10 @@ def test_join_index_named_as_energon_names_it_in_the_same_process(tmp_path_facto
     """energon hashes a member's sample excludes in the iteration order of a set (built from the set of all
     entries), which follows Python's per-process string hashing: the name we write must be the one energon
     computes in the same process, whatever the hash seed."""
-    from tests.query.conftest import make_energon_dataset
-
     base = tmp_path_factory.mktemp("join-names")
-    primary = make_energon_dataset(str(base / "p"), shards=3, samples=8, seed=0, split_ratio="1,0,0")
-    other = make_energon_dataset(str(base / "o"), shards=2, samples=8, seed=5, split_ratio="1,0,0")
     entries = [f"shards/shard-00000{s}.tar/00000{s}_00000{i}" for s in range(3) for i in range(0, 8, 3)]
-    _with_excludes(primary, ["shards/shard-000002.tar", *entries])
-    _with_excludes(other, entries[:4])
-    path = _write(
-        base,
-        "j.yaml",
-        V2
-        + f"  train:\n    join:\n      - path: {primary}\n      - path: {other}\n        nonmatch: skip\n"
-        + "    joiner:\n      __module__: megatron.energon\n      __class__: TextSample\n",
-    )
+    primary, other = _datasets(base, ["shards/shard-000002.tar", *entries], entries[:4])
+    path = _write(base, "j.yaml", V2 + TRAIN_JOIN.format(primary=primary, other=other))
     for seed in range(8):
         env = {**os.environ, "PYTHONHASHSEED": str(seed)}
         out = subprocess.run(
@@ -145,52 +152,56 @@ def test_join_index_named_as_energon_names_it_in_the_same_process(tmp_path_facto
 
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory):
-    from tests.query.conftest import make_energon_dataset
-
+    """(primary with two sample excludes, other, plain)."""
     base = tmp_path_factory.mktemp("join-more")
-    primary = make_energon_dataset(str(base / "p"), shards=3, samples=8, seed=0, split_ratio="1,0,0")
-    other = make_energon_dataset(str(base / "o"), shards=2, samples=8, seed=5, split_ratio="1,0,0")
-    plain = make_energon_dataset(str(base / "q"), shards=2, samples=8, seed=7, split_ratio="1,0,0")
-    _with_excludes(
-        primary, ["shards/shard-000000.tar/000000_000002", "shards/shard-000001.tar/000001_000007"]
-    )
-    return primary, other, plain
+    primary_excludes = ["shards/shard-000000.tar/000000_000002", "shards/shard-000001.tar/000001_000007"]
+    return _datasets(base, primary_excludes, [], plain=True)
 
 
-JOIN = """join:
-      - path: {primary}
-      - path: {other}
-        nonmatch: skip
-    joiner:
-      __module__: megatron.energon
-      __class__: TextSample
-"""
 FORMS = {
     "subset": "  train:\n    subset: {{range: [10%, 80%]}}\n    " + JOIN,
     "multiplier": "  train:\n    shuffle_over_epochs_multiplier: 2\n    " + JOIN,
-}
-BLEND = """  train:
+    "blend": """  train:
     blend:
       - weight: 2
         path: j.yaml
       - weight: 1
         path: {plain}
-"""
-BLEND_EP = """  train:
+""",
+    "blend_epochized": """  train:
     blend_epochized:
       - repetitions: 2
         path: j.yaml
       - repetitions: 1
         path: {plain}
-"""
-BLEND_EP_SUB = """  train:
+""",
+    "epochized_subset": """  train:
     blend_epochized:
       - repetitions: 2
         path: {plain}
         subset: {{range: [10%, 60%]}}
       - repetitions: 1.5
         path: {primary}
-"""
+""",
+    "val_blend": """  val:
+    blend:
+      - weight: 2
+        path: j.yaml
+        split_part: train
+      - weight: 1
+        path: {plain}
+        split_part: train
+""",
+}
+
+
+def _metadataset(roots, tmp_path, form: str) -> str:
+    """`m.yaml` of FORMS[form], next to `j.yaml` (the plain join) that the blends name; both prepared."""
+    primary, other, plain = roots
+    ea.prepare_metadataset(_write(tmp_path, "j.yaml", V2 + TRAIN_JOIN.format(primary=primary, other=other)))
+    path = _write(tmp_path, "m.yaml", V2 + FORMS[form].format(primary=primary, other=other, plain=plain))
+    ea.prepare_metadataset(path)
+    return path
 
 
 @pytest.mark.parametrize("form", ["subset", "multiplier", "blend", "blend_epochized", "epochized_subset"])
@@ -202,71 +213,30 @@ BLEND_EP_SUB = """  train:
     ],
 )
 def test_join_forms_in_energon_order(roots, form, case, tmp_path):
-    primary, other, plain = roots
-    if form in FORMS:
-        path = _write(tmp_path, "m.yaml", V2 + FORMS[form].format(primary=primary, other=other))
-    else:
-        _write(tmp_path, "j.yaml", V2 + "  train:\n    " + JOIN.format(primary=primary, other=other))
-        ea.prepare_metadataset(str(tmp_path / "j.yaml"))
-        text = {"blend": BLEND, "blend_epochized": BLEND_EP, "epochized_subset": BLEND_EP_SUB}[form]
-        path = _write(tmp_path, "m.yaml", V2 + text.format(plain=plain, primary=primary))
-    ea.prepare_metadataset(path)
-    n = 40 if form == "blend" else None
+    path = _metadataset(roots, tmp_path, form)
 
     def keys(mod):
-        if n is None:
+        if form != "blend":
             return _keys(mod, path, "train", **case)
-
-        class TE(mod.DefaultTaskEncoder):
-            decoder = None
-
-        c = dict(case)
-        wc = mod.WorkerConfig(
-            rank=c.pop("rank", 0), world_size=c.pop("world", 1), num_workers=c.pop("workers", 0)
-        )
-        ds = mod.get_train_dataset(path, worker_config=wc, batch_size=3, task_encoder=TE(), **c)
-        return [k for b in itertools.islice(mod.get_loader(ds), n) for k in b.__key__]
+        batches = mod.get_loader(_dataset(mod, path, "train", **case))  # endless: a weighted blend repeats
+        return [k for b in itertools.islice(batches, 40) for k in b.__key__]
 
     ours, ref = keys(ea), keys(energon)
     assert ours == ref and ours
 
 
 def test_a_joins_own_multiplier_is_reported_as_without_effect(roots, tmp_path):
-    primary, other, _ = roots
-    path = _write(tmp_path, "m.yaml", V2 + FORMS["multiplier"].format(primary=primary, other=other))
     with pytest.warns(UserWarning, match=r"m\.yaml.*shuffle_over_epochs_multiplier on a join has no effect"):
-        ea.prepare_metadataset(path)
-
-
-VALB = """  val:
-    blend:
-      - weight: 2
-        path: j.yaml
-        split_part: train
-      - weight: 1
-        path: {plain}
-        split_part: train
-"""
-
-
-def _src(s):
-    return (str(s.dataset_path).rsplit("/", 1)[-1], s.index, s.shard_name, tuple(s.file_names))
+        _metadataset(roots, tmp_path, "multiplier")
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_join_in_a_val_blend_with_energon_sources(roots, tmp_path, workers):
     """Every member's SourceInfo.index is the joined row's position, as energon's join index gives it."""
-    primary, other, plain = roots
-    _write(tmp_path, "j.yaml", V2 + "  train:\n    " + JOIN.format(primary=primary, other=other))
-    ea.prepare_metadataset(str(tmp_path / "j.yaml"))
-    path = _write(tmp_path, "m.yaml", V2 + VALB.format(plain=plain))
+    path = _metadataset(roots, tmp_path, "val_blend")
 
     def run(mod):
-        class TE(mod.DefaultTaskEncoder):
-            decoder = None
-
-        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=workers)
-        ds = mod.get_val_dataset(path, worker_config=wc, batch_size=3, task_encoder=TE())
+        ds = _dataset(mod, path, "val", workers=workers)
         return len(ds), [
             (k, tuple(_src(x) for x in s))
             for b in mod.get_loader(ds)
@@ -278,50 +248,26 @@ def test_join_in_a_val_blend_with_energon_sources(roots, tmp_path, workers):
 
 def test_join_train_sources_in_energon_order_and_restored(roots, tmp_path):
     """energon 7.4.1 itself fails to restore this state (its sample loader's restore_sample cannot unpack a
-    joined restore key), so the restored batches are checked against the uninterrupted run."""
+    joined restore key), so our restored batches are checked against the uninterrupted run."""
     primary, other, _ = roots
-    path = _write(tmp_path, "j.yaml", V2 + "  train:\n    " + JOIN.format(primary=primary, other=other))
+    path = _write(tmp_path, "j.yaml", V2 + TRAIN_JOIN.format(primary=primary, other=other))
     ea.prepare_metadataset(path)
+    kw = dict(workers=2, shuffle_buffer_size=4, max_samples_per_sequence=3)
 
-    def run(mod, restore=True):
-        class TE(mod.DefaultTaskEncoder):
-            decoder = None
-
-        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=2)
-        ds = mod.get_train_dataset(
-            path,
-            worker_config=wc,
-            batch_size=3,
-            task_encoder=TE(),
-            shuffle_buffer_size=4,
-            max_samples_per_sequence=3,
-        )
-        loader = mod.get_savable_loader(ds)
+    def run(mod):
+        loader = mod.get_savable_loader(_dataset(mod, path, "train", **kw))
         it = iter(loader)
         first = [
             (b.__key__, [tuple(_src(x) for x in s) for s in b.__sources__]) for b in itertools.islice(it, 5)
         ]
         state = loader.save_state_rank()
-        rest = [b.__key__ for b in itertools.islice(it, 6)]
-        if not restore:
-            return first, rest, rest
-        ds2 = mod.get_train_dataset(
-            path,
-            worker_config=wc,
-            batch_size=3,
-            task_encoder=TE(),
-            shuffle_buffer_size=4,
-            max_samples_per_sequence=3,
-        )
-        l2 = mod.get_savable_loader(ds2)
-        l2.restore_state_rank(state)
-        again = [b.__key__ for b in itertools.islice(iter(l2), 6)]
-        return first, rest, again
+        return first, [b.__key__ for b in itertools.islice(it, 6)], state
 
-    o, r = run(ea), run(energon, restore=False)
-    assert o[0] == r[0]
-    assert o[1] == r[1]
-    assert o[2] == o[1] and r[2] == r[1]
+    ours, ref = run(ea), run(energon)
+    assert ours[:2] == ref[:2]
+    loader = ea.get_savable_loader(_dataset(ea, path, "train", **kw))
+    loader.restore_state_rank(ours[2])
+    assert [b.__key__ for b in itertools.islice(iter(loader), 6)] == ours[1]
 
 
 @pytest.mark.parametrize("form", ["plain", "subset"])
@@ -330,29 +276,16 @@ def test_join_config_as_energon_reports_it(roots, tmp_path, form, split):
     """`config()`: the join's factory, its members as their own factories (the primary's class, its sample
     excludes in energon's set order), the join's `subset:` and energon's `load_sample`."""
     primary, other, _ = roots
-    text = "  train:\n    " + JOIN if form == "plain" else FORMS["subset"]
+    text = TRAIN_JOIN if form == "plain" else FORMS["subset"]
     path = _write(tmp_path, "j.yaml", V2 + text.format(primary=primary, other=other))
     ea.prepare_metadataset(path)
+    kw = (
+        dict(split_part="train")
+        if split == "val"
+        else dict(shuffle_buffer_size=4, max_samples_per_sequence=3)
+    )
 
-    def cfg(mod):
-        class TE(mod.DefaultTaskEncoder):
-            decoder = None
+    def config(mod):  # one process: energon's set orders are this process's
+        return json.loads(json.dumps(_dataset(mod, path, split, workers=2, **kw).config(), default=str))
 
-        wc = mod.WorkerConfig(rank=0, world_size=1, num_workers=2)
-        if split == "val":
-            ds = mod.get_val_dataset(
-                path, split_part="train", worker_config=wc, batch_size=3, task_encoder=TE()
-            )
-        else:
-            ds = mod.get_train_dataset(
-                path,
-                worker_config=wc,
-                batch_size=3,
-                task_encoder=TE(),
-                shuffle_buffer_size=4,
-                max_samples_per_sequence=3,
-            )
-        return json.loads(json.dumps(ds.config(), default=str))
-
-    o, r = cfg(ea), cfg(energon)  # one process: energon's set orders are this process's
-    assert o == r
+    assert config(ea) == config(energon)

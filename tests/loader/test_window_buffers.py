@@ -44,13 +44,18 @@ def _rows(batch: int) -> np.ndarray:
     return (i % SHARDS) * PER_SHARD + (i // SHARDS) % PER_SHARD
 
 
-def test_recycled_windows_never_change_the_bytes_a_consumer_holds(tmp_path):
-    src, blobs = _source(tmp_path)
-    batches = 200
+def _reader(src, batches: int) -> WindowReader:
+    """A reader of `batches` batches whose byte budget holds a few windows: released ones are used again."""
     settings = RemoteReadSettings(
         byte_budget=96 * SIZE, max_window=32 * SIZE, first_plan_batches=2, plan_batches=8, merge_gap=0
     )
-    reader = WindowReader(src, BatchFeed(lambda bs: [_rows(b) for b in bs], 0, batches), settings)
+    return WindowReader(src, BatchFeed(lambda bs: [_rows(b) for b in bs], 0, batches), settings)
+
+
+def test_recycled_windows_never_change_the_bytes_a_consumer_holds(tmp_path):
+    src, blobs = _source(tmp_path)
+    batches = 200
+    reader = _reader(src, batches)
 
     def expected(rows):
         return [blobs[r // PER_SHARD][(r % PER_SHARD) * SIZE :][:SIZE] for r in rows.tolist()]
@@ -71,10 +76,7 @@ def test_recycled_windows_never_change_the_bytes_a_consumer_holds(tmp_path):
 def test_released_windows_are_received_into_the_same_memory_again(tmp_path):
     src, _ = _source(tmp_path)
     batches = 200
-    settings = RemoteReadSettings(
-        byte_budget=96 * SIZE, max_window=32 * SIZE, first_plan_batches=2, plan_batches=8, merge_gap=0
-    )
-    reader = WindowReader(src, BatchFeed(lambda bs: [_rows(b) for b in bs], 0, batches), settings)
+    reader = _reader(src, batches)
     mappings = []
     take = reader._buffers.take
 
