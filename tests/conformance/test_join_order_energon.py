@@ -118,9 +118,12 @@ def test_join_train_batches_in_energon_order(join_yaml, case):
     assert ours == ref and ours[1]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_join_val_batches_in_energon_order(join_yaml, workers):
-    assert _keys(ea, join_yaml, "val", workers=workers) == _keys(energon, join_yaml, "val", workers=workers)
+VAL = [dict(), dict(workers=2), dict(workers=3, rank=1, world=2), dict(workers=2, limit=2)]
+
+
+@pytest.mark.parametrize("case", VAL, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "plain")
+def test_join_val_batches_in_energon_order(join_yaml, case):
+    assert _keys(ea, join_yaml, "val", **case) == _keys(energon, join_yaml, "val", **case)
 
 
 _NAMES = """
