@@ -292,3 +292,24 @@ def test_join_config_as_energon_reports_it(roots, tmp_path, form, split):
         return json.loads(json.dumps(_dataset(mod, path, split, workers=2, **kw).config(), default=str))
 
     assert config(ea) == config(energon)
+
+
+@pytest.mark.parametrize("excludes", list(EXCLUDES))
+@pytest.mark.parametrize("form", ["plain", "subset"])
+def test_join_index_file_is_energons(tmp_path, excludes, form):
+    """The join index `prepare_metadataset` writes is the file energon's prepare writes: same name (same
+    process), same bytes, with excludes in either member."""
+    from megatron.energon.epathlib import EPath
+    from megatron.energon.metadataset.loader import load_dataset
+
+    primary, other = _datasets(tmp_path, *EXCLUDES[excludes])
+    text = TRAIN_JOIN if form == "plain" else FORMS["subset"]
+    path = _write(tmp_path, "j.yaml", V2 + text.format(primary=primary, other=other))
+    (ours,) = ea.prepare_metadataset(path)
+    with open(ours, "rb") as f:
+        ours_bytes = f.read()
+    os.remove(ours)
+    load_dataset(EPath(path)).prepare(split_part="train")
+    (ref,) = os.listdir(tmp_path / "j.yaml.cache")
+    assert ref == os.path.basename(ours)
+    assert (tmp_path / "j.yaml.cache" / ref).read_bytes() == ours_bytes
