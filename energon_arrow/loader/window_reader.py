@@ -314,8 +314,13 @@ class WindowReader:
                 self._buffers.give(w.recv, w.future.done)
 
     def close(self) -> None:
+        """Stop fetching: fetches not started are cancelled, and a read waiting on one of them raises."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+            closed = LoaderError(f"{self.src.name}: the reader was closed before this window was fetched")
+            for w in self._windows.values():
+                if w.future is not None and w.future.cancelled():
+                    w.recv.fail(closed)
         if self.feed.share is not None:
             self.feed.share.close()

@@ -91,3 +91,37 @@ def test_released_windows_are_received_into_the_same_memory_again(tmp_path):
     reader.close()
     assert len(mappings) > 25  # 800 samples in windows of at most 32
     assert len(set(mappings)) <= 8  # a few mappings, used over and over
+
+
+def test_a_read_waiting_on_a_fetch_cancelled_by_close_raises(tmp_path, monkeypatch):
+    import threading
+
+    import pytest
+
+    from energon_arrow.loader import window_reader
+    from energon_arrow.loader.errors import LoaderError
+
+    src, _ = _source(tmp_path)
+    release = threading.Event()
+    real = window_reader.fetch_into
+
+    def held_fetch(*args, **kw):  # the first fetch holds the only fetch thread until the reader is closed
+        release.wait(10)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(window_reader, "fetch_into", held_fetch)
+    settings = RemoteReadSettings(byte_budget=1 << 30, max_window=16 * SIZE, concurrency=1)
+    reader = WindowReader(src, BatchFeed(lambda bs: [_rows(b) for b in bs], 0, 200), settings)
+    for b in range(40):
+        reader.announce(_rows(b))
+    queued = [w for w in reader._windows.values() if w.future is not None and not w.future.running()]
+    assert queued
+    reader.close()
+    release.set()
+    errors = []
+    waiter = threading.Thread(
+        target=lambda: errors.append(pytest.raises(LoaderError, queued[-1].recv.wait, 1))
+    )
+    waiter.start()
+    waiter.join(10)  # before the fix it waited forever
+    assert not waiter.is_alive() and "closed before this window was fetched" in str(errors[0].value)
