@@ -318,9 +318,13 @@ class WindowReader:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-            closed = LoaderError(f"{self.src.name}: the reader was closed before this window was fetched")
             for w in self._windows.values():
                 if w.future is not None and w.future.cancelled():
-                    w.recv.fail(closed)
+                    where = f"{self.src.shard_paths[w.shard]} bytes [{w.start}, {w.end})"
+                    w.recv.fail(
+                        LoaderError(
+                            f"{self.src.name}: {where}: the reader was closed before this window was fetched"
+                        )
+                    )
         if self.feed.share is not None:
             self.feed.share.close()

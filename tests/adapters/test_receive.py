@@ -95,11 +95,11 @@ def test_the_pool_waits_for_the_fetch_writing_to_a_mapping():
     pool = BufferPool(limit=1 << 30)
     buf = pool.take(1 << 20)
     mapping = id(buf.data)
-    still_fetching = threading.Event()
-    pool.give(buf, lambda: still_fetching.is_set())
+    fetch_ended = threading.Event()
+    pool.give(buf, fetch_ended.is_set)
     del buf
     assert id(pool.take(1 << 20).data) != mapping  # its fetch may still write the tail no reader needed
-    still_fetching.set()
+    fetch_ended.set()
     assert id(pool.take(1 << 20).data) == mapping
 
 
