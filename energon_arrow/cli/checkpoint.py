@@ -84,7 +84,10 @@ def _echo_ours(ranks: list, is_global: bool) -> None:
         for key, value in s.items():
             if key in ("version", "next_batch", "sources"):
                 continue
-            if isinstance(value, dict):
+            if key == "worker_streams":  # snapshots of the stages (KBs of numbers): where each stream resumes
+                at = [None if x is None else x.get("at") for x in value]
+                click.echo(f"    worker_streams: snapshots at samples {json.dumps(at)}")
+            elif isinstance(value, dict):
                 click.echo(f"    {key.capitalize()}:")
                 for k, v in value.items():
                     click.echo(f"      {k}: {json.dumps(v, default=repr)}")

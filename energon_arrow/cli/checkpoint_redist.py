@@ -1,8 +1,9 @@
 """`energon-arrow checkpoint redist FILES... OUTPUT_DIR --new-world-size N` (energon's `energon checkpoint redist`).
 
 energon's rank state holds one state per DataLoader worker, so its redist deals the worker states of all ranks out
-to the new ranks; a state of the energon API's training order (each worker's stream position, `worker_samples`) is
-dealt the same way (`_dealt_streams`). A native Loader rank state holds the position in the rank's batch stream, which is the same on
+to the new ranks; a state of the energon API's training order (each worker's stream position, `worker_samples`,
+and the snapshot it resumes from, `worker_streams`) is dealt the same way (`_dealt_streams`). A native Loader
+rank state holds the position in the rank's batch stream, which is the same on
 every rank and does not depend on the worker count: redist writes that state once per new rank, named like the
 input files (`state_rank0.pt` ... -> `state_rank0.pt` ... `state_rank{N-1}.pt`), a global checkpoint (one file
 holding every rank's state) as one file of N states, Megatron-style `{"dataloader_state_dict": ...}` wrapping
@@ -72,23 +73,27 @@ def _dealt_streams(states: list[dict], world_size: int) -> list[dict]:
             f"these states hold {len(streams)} worker streams (ranks x workers); they cannot be dealt to "
             f"{world_size} ranks: the new ranks x workers per rank must be {len(streams)}"
         )
+    # each stream's snapshot (where it resumes from without being computed again) goes with its position
+    snapshots = [x for s in states for x in s.get("worker_streams") or [None] * len(s["worker_samples"])]
     per = len(streams) // world_size
     out = []
     for rank in range(world_size):
         mine = streams[rank * per : (rank + 1) * per]
         turn = mine.index(min(mine)) if len(set(mine)) > 1 else 0  # the first worker one batch behind
         settings = dict(states[0]["settings"], slice_workers=per)
-        out.append(
-            dict(
-                states[0],
-                worker_samples=mine,
-                worker_turn=turn,
-                rank=rank,
-                world_size=world_size,
-                next_batch=0,
-                settings=settings,
-            )
+        state = dict(
+            states[0],
+            worker_samples=mine,
+            worker_turn=turn,
+            rank=rank,
+            world_size=world_size,
+            next_batch=0,
+            settings=settings,
         )
+        state.pop("worker_streams", None)
+        if any(x is not None for x in snapshots[rank * per : (rank + 1) * per]):
+            state["worker_streams"] = snapshots[rank * per : (rank + 1) * per]
+        out.append(state)
     return out
 
 

@@ -76,7 +76,7 @@ class LoaderLog:
 
 
 def worker_batches_logged(items: Iterator[tuple], worker_config: WorkerConfig, mode: str) -> Iterator[tuple]:
-    """The worker's (b, skipped, batch, leases) items, each logged as energon's LogSampleDataset `yield_batch`."""
+    """The worker's (b, skipped, batch, leases, snapshots) items, each logged as energon's LogSampleDataset `yield_batch`."""
     from energon_arrow.energon.wrappers.base import global_worker_id
 
     for step, item in enumerate(items):

@@ -95,13 +95,13 @@ class EnergonDataset(BatchDataset):
         if torch.utils.data.get_worker_info() is None:
             yield from items
             return
-        for b, skipped, samples, leases in items:
-            yield b, skipped, sendable(samples, b), leases
+        for b, skipped, samples, leases, snapshots in items:
+            yield b, skipped, sendable(samples, b), leases, snapshots
 
     def _tagged(self):
         """The batches with their restore key prefixed by their chunk (in the worker, off the main process)."""
-        for b, skipped, batch, leases in super().__iter__():
-            yield b, skipped, tag_chunk_item(batch, b), leases
+        for b, skipped, batch, leases, snapshots in super().__iter__():
+            yield b, skipped, tag_chunk_item(batch, b), leases, snapshots
 
     def config(self) -> dict:
         """energon's `config()` of the pipeline it builds for this dataset's call (energon/pipeline_config.py)."""

@@ -193,6 +193,12 @@ class BasicLoader(Loader, Generic[T]):
                 "rank": wc.rank,
                 "world_size": wc.world_size,
             }
+        saved_streams = getattr(schedule, "saved_streams", None)
+        streams = saved_streams(self.next_batch) if saved_streams is not None else None
+        if streams and any(
+            s is not None for s in streams
+        ):  # where each stream resumes from without replaying
+            state["worker_streams"] = streams
         if self.regroup is not None:
             state["regroup"] = (
                 self._regroup_state if self._regroup_state is not None else self.regroup.state()
@@ -233,8 +239,17 @@ class BasicLoader(Loader, Generic[T]):
                 "the same workers and batch size (its state holds each worker's pending samples)"
             )
         self.dataset.schedule.resume(state["worker_samples"], state.get("worker_turn", 0))
+        self._restore_streams(state)
         self.next_batch = 0
         self.epoch_offset = int(state.get("epoch_offset", 0))
+
+    def _restore_streams(self, state: dict) -> None:
+        """The stream snapshots of a saved state, for the streams they were taken from (a stream without one is
+        computed again from its start)."""
+        saved = state.get("worker_streams")
+        restore = getattr(self.dataset.schedule, "restore_streams", None)
+        if isinstance(saved, list) and restore is not None:
+            restore(saved)
 
     def load_state_dict(self, state: dict) -> None:
         if self._moved_streams(state):
@@ -253,6 +268,7 @@ class BasicLoader(Loader, Generic[T]):
                 "generator hooks, unbatched) resumes only with the same one (its state holds each rank's pending samples)"
             )
         super().load_state_dict(state)
+        self._restore_streams(state)
         self.epoch_offset = self.rescaled(int(state.get("epoch_offset", 0)), saved_batch_size)
         if self.regroup is not None:
             if "regroup" not in state:

@@ -15,12 +15,9 @@ excludes one by one (`exclude: [<shard>/<key>]`); energon's sample loader reads 
 (its draw and its place in the sequence are spent) and skips it, so the later stages never see it. `SampleLoader`
 does the same with the dataset's `gaps` (SplitSource.excluded) and gives the kept samples as split rows.
 
-energon's generator is a torch CPU Generator (MT19937); numpy's MT19937 with legacy seeding yields the same
-32-bit words, and torch derives its draws from them with fixed formulas (a float is the word's low 24 bits over
-2^24, randint(n) is word % n, randperm is Fisher-Yates with word % (n - i)). So the draws are made here in bulk
-and each stage turns a block of them into a block of (dataset, row) pairs with numpy; the per-sample Python loop
-energon runs is only kept for the shuffle buffer (a list pop per sample). The generators' words are checked
-against torch's in tests/energon/test_train_order.py, and the whole order against energon itself in
+energon's generator is a torch CPU Generator; its draws are made in bulk (energon/torch_draws.py) and each stage
+turns a block of them into a block of (dataset, row) pairs with numpy; the per-sample Python loop energon runs is
+only kept for the shuffle buffer (a list pop per sample). The whole order is checked against energon itself in
 tests/conformance/test_energon_train_order.py.
 """
 
@@ -30,92 +27,19 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
+from energon_arrow.energon.torch_draws import BLOCK, Words, expected_gap, first_to_reach, picks
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.split_rows import kept_rows
 
 EMPTY = np.zeros(0, np.int64)
-BLOCK = 4096  # draws made at once when nothing forces fewer
-
-
-class Words:
-    """The 32-bit words of a torch CPU Generator seeded with `seed`, drawn ahead and consumed in order."""
-
-    def __init__(self, seed: int):
-        state = np.random.RandomState(int(seed) & 0xFFFFFFFF).get_state(legacy=False)
-        self._bits = np.random.MT19937()
-        self._bits.state = {"bit_generator": "MT19937", "state": state["state"]}
-        self._buf = np.zeros(0, np.uint64)
-        self._at = 0
-
-    def peek(self, n: int) -> np.ndarray:
-        """The next `n` words, not consumed."""
-        have = len(self._buf) - self._at
-        if have < n:
-            more = self._bits.random_raw(max(n - have, BLOCK))
-            self._buf = np.concatenate([self._buf[self._at :], more])
-            self._at = 0
-        return self._buf[self._at : self._at + n]
-
-    def take(self, n: int) -> np.ndarray:
-        out = self.peek(n)
-        self._at += n
-        return out
-
-    def below(self, n: int) -> int:
-        """torch.randint(0, n, ()) of the generator."""
-        return int(self.take(1)[0] % np.uint64(n))
-
-    def permutation(self, n: int) -> list[int]:
-        """torch.randperm(n) of the generator."""
-        if n < 2:
-            return list(range(n))
-        words = self.take(n - 1).tolist()
-        out = list(range(n))
-        for i, w in enumerate(words):
-            j = i + w % (n - i)
-            out[i], out[j] = out[j], out[i]
-        return out
-
-
-def as_floats(words: np.ndarray) -> np.ndarray:
-    """torch.rand(n) of the generator that produced `words`."""
-    return (words & np.uint64(0xFFFFFF)).astype(np.float32) * np.float32(2.0**-24)
-
-
-def picks(words: np.ndarray, probs: np.ndarray) -> np.ndarray:
-    """energon's WorkerRng.choice_idx for each word: the float times the float32 cumulative sum's total, located
-    in that cumulative sum (upper bound, so zero-probability entries are never picked)."""
-    cdf = torch.cumsum(torch.from_numpy(probs.astype(np.float32)), 0).numpy()
-    return np.searchsorted(cdf, as_floats(words) * cdf[-1], side="right")
-
-
-def first_to_reach(chosen: np.ndarray, limits: Sequence[int]) -> int:
-    """The index in `chosen` at which some slot s is chosen for the limits[s]-th time (len(chosen) if none;
-    limits of 0 never reach)."""
-    limits = np.asarray(limits, np.int64)
-    counts = np.bincount(chosen, minlength=len(limits))
-    reached = np.flatnonzero((limits > 0) & (counts >= limits))
-    if not len(reached):
-        return len(chosen)
-    by_slot = np.argsort(chosen, kind="stable")  # the positions of each slot's picks, in order
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    return int(by_slot[starts[reached] + limits[reached] - 1].min())
-
-
-def expected_gap(left: Sequence[int], probs: np.ndarray) -> int:
-    """About how many picks until the first slot runs out (a block of draws a little longer wastes little)."""
-    live = probs > 0
-    if not live.any():
-        return 1
-    share = probs[live] / probs[live].sum()
-    return int(min(np.asarray(left, np.float64)[live] / share)) + 1
 
 
 # ---- the stages ------------------------------------------------------------------------------------------------
 # Every stage is iterated as energon's `for sample in dataset`: `begin()` starts an iteration (False: it yields
 # nothing), `read(n)` gives up to n items (dataset << ROW_BITS | row) and an empty array once the iteration ended.
+# `snapshot()` is where a stage stands (a JSON-able dict) and `restore(snap)` puts a freshly built stage of the same
+# pipeline there, so a stream resumes from a snapshot instead of being computed again from its start.
 ROW_BITS = 40
 ROW_MASK = (1 << ROW_BITS) - 1
 
@@ -163,7 +87,8 @@ class SampleLoader:
             base = list(range(n)) * self.over
             order = [base[i] for i in self.words.permutation(len(base))]
         first = order[: self.P]
-        self.pending = order[self.P :][::-1]  # taken from the end
+        self.pending = np.array(order[self.P :][::-1], np.int64)  # taken from the end
+        self.npending = len(self.pending)
         self.cur = [self.offsets[s] for s in first] + [0] * (self.P - len(first))
         self.end = [self.offsets[s + 1] for s in first] + [0] * (self.P - len(first))
         self.probs = np.array([e - c for c, e in zip(self.cur, self.end)], np.float32)
@@ -185,10 +110,42 @@ class SampleLoader:
             self._start_epoch()
         return True
 
+    def snapshot(self) -> dict:
+        snap = {
+            "state": self.state,
+            "ended": self.ended,
+            "kept": self.kept[self.kept_at :].copy(),
+            "words": self.words.snapshot(),
+        }
+        if self.state == "epoch":
+            snap |= {
+                "P": self.P,
+                "pending": self.pending[: self.npending],  # never written: shared, not copied
+                "cur": list(self.cur),
+                "end": list(self.end),
+                "probs": self.probs.copy(),
+            }
+        return snap
+
+    def restore(self, snap: dict) -> None:
+        self.state, self.ended = snap["state"], bool(snap["ended"])
+        self.kept, self.kept_at = np.array(snap["kept"], np.int64), 0
+        self.words.restore(snap["words"])
+        if self.state == "epoch":
+            self.P = int(snap["P"])
+            self.pending = np.array(snap["pending"], np.int64)
+            self.npending = len(self.pending)
+            self.cur, self.end = [int(x) for x in snap["cur"]], [int(x) for x in snap["end"]]
+            self.probs = np.array(snap["probs"], np.float32)
+
     def _refill(self, s: int) -> None:
         """Slot s ran out: the next pending sequence (or, drawing with replacement, a random one) takes it."""
-        if self.pending or self.over == -1:
-            nxt = self.pending.pop() if self.pending else self.words.below(self.slices)
+        if self.npending or self.over == -1:
+            if self.npending:
+                self.npending -= 1
+                nxt = int(self.pending[self.npending])
+            else:
+                nxt = self.words.below(self.slices)
             self.cur[s], self.end[s] = self.offsets[nxt], self.offsets[nxt + 1]
         else:
             self.cur[s] = self.end[s] = 0
@@ -302,6 +259,20 @@ class Repeat:
     def _next(self) -> None:
         self.rep, self.index, self.active = self.rep + 1, 0, False
 
+    def snapshot(self) -> dict:
+        return {
+            "rep": self.rep,
+            "index": self.index,
+            "active": self.active,
+            "idle": self.idle,
+            "inner": self.inner.snapshot(),
+        }
+
+    def restore(self, snap: dict) -> None:
+        self.rep, self.index, self.idle = int(snap["rep"]), int(snap["index"]), int(snap["idle"])
+        self.active = bool(snap["active"])
+        self.inner.restore(snap["inner"])
+
 
 class Blend:
     """energon's BlendDataset: each item from the inner stage picked with probability proportional to its
@@ -321,23 +292,52 @@ class Blend:
     def begin(self) -> bool:
         if not self.has_samples():
             raise LoaderError("Cannot blend all empty datasets (a worker has no samples in any of them)")
-        self.live = np.array(
-            [w if i.has_samples() else 0 for i, w in zip(self.inners, self.weights)], np.float32
-        )
+        self.live = self._initial_live()
         if self.endless:
             for i, w in zip(self.inners, self.live):
                 if w:
                     i.begin()
             return True
+        self.begun = [i.snapshot() for i in self.inners]  # what restore() reads the items ahead from again
+        self._read_ahead(self.live)
+        self.at = [0] * len(self.inners)
+        return True
+
+    def _initial_live(self) -> np.ndarray:
+        return np.array([w if i.has_samples() else 0 for i, w in zip(self.inners, self.weights)], np.float32)
+
+    def _read_ahead(self, live: np.ndarray) -> None:
+        """A finite blend: this iteration's items of each inner stage, read whole."""
         self.items = []
-        for i, w in zip(self.inners, self.live):  # a finite stage: this iteration's items, read ahead
+        for i, w in zip(self.inners, live):
             parts = []
             if w and i.begin():
                 while len(part := i.read(BLOCK)):
                     parts.append(part)
             self.items.append(np.concatenate(parts) if parts else EMPTY)
-        self.at = [0] * len(self.inners)
-        return True
+
+    def snapshot(self) -> dict:
+        """A finite blend's inner stages as they were when its iteration began (the items it read ahead are read
+        again from there: a snapshot of the items themselves would hold a whole epoch)."""
+        snap: dict = {"words": self.words.snapshot()}
+        if hasattr(self, "live"):
+            snap["live"] = self.live.copy()
+        if self.endless or not hasattr(self, "begun"):
+            snap["inners"] = [i.snapshot() for i in self.inners]
+        else:
+            snap |= {"begun": self.begun, "at": list(self.at)}
+        return snap
+
+    def restore(self, snap: dict) -> None:
+        self.words.restore(snap["words"])
+        for inner, sub in zip(self.inners, snap["inners"] if "inners" in snap else snap["begun"]):
+            inner.restore(sub)
+        if "begun" in snap:
+            self.begun = snap["begun"]
+            self._read_ahead(self._initial_live())
+            self.at = [int(a) for a in snap["at"]]
+        if "live" in snap:
+            self.live = np.array(snap["live"], np.float32)
 
     def _chosen(self, n: int, probs: np.ndarray) -> np.ndarray:
         if len(probs) == 1:
@@ -394,7 +394,30 @@ class ShuffleBuffer:
         self.incoming: list[int] = []
         self.pos = 0
         self.ended = not self.inner.begin()
+        self.before: dict | None = None  # the inner stage's snapshot before `incoming` was read from it
         return True
+
+    def snapshot(self) -> dict:
+        """Once items came in: the inner stage as it was before its last block of items was read (restore reads it
+        again; a snapshot of the items would be a block long)."""
+        snap: dict = {"words": self.words.snapshot()}
+        if hasattr(self, "buf"):
+            snap |= {"buf": np.array(self.buf, np.int64), "pos": self.pos, "ended": self.ended}
+        if getattr(self, "before", None) is None:
+            return snap | {"inner": self.inner.snapshot()}
+        return snap | {"before": self.before}
+
+    def restore(self, snap: dict) -> None:
+        self.words.restore(snap["words"])
+        if "buf" in snap:
+            self.buf = np.asarray(snap["buf"], np.int64).tolist()
+            self.pos, self.ended = int(snap["pos"]), bool(snap["ended"])
+            self.before, self.incoming = snap.get("before"), []
+        if "before" in snap:
+            self.inner.restore(self.before)
+            self.incoming = self.inner.read(BLOCK).tolist()
+        else:
+            self.inner.restore(snap["inner"])
 
     def read(self, n: int) -> np.ndarray:
         words = self.words.peek(n).tolist()
@@ -419,6 +442,7 @@ class ShuffleBuffer:
                 buf.extend(self.incoming[self.pos : self.pos + k])
                 self.pos += k
             else:
+                self.before = self.inner.snapshot()  # where `incoming` is read again from on restore
                 self.incoming, self.pos = self.inner.read(BLOCK).tolist(), 0
                 self.ended = not self.incoming
         self.words.take(len(out))

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import zlib
 from collections.abc import Iterator
 
 import numpy as np
 
 from energon_arrow.energon.energon_len import rotation_offsets, worker_ranges
 from energon_arrow.energon.train_order import (
-    BLOCK,
     EMPTY,
     ROW_BITS,
     ROW_MASK,
@@ -36,6 +36,7 @@ from energon_arrow.energon.train_order import (
     SampleLoader,
     ShuffleBuffer,
 )
+from energon_arrow.energon.train_stream import TrainStream, from_json, to_json
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.split_rows import rows_before
 
@@ -55,31 +56,6 @@ class SegmentStream:
                 parts.append(np.arange(s + a - at, s + z - at, dtype=np.int64) | np.int64(d << ROW_BITS))
             at += e - s
         return np.concatenate(parts) if parts else EMPTY
-
-
-class TrainStream:
-    """A training worker's stream (energon/train_order.py), computed as far as asked and kept from the lowest
-    position asked last; asking for an earlier position computes it again from the start."""
-
-    def __init__(self, build):
-        self.build = build
-        self._restart()
-
-    def _restart(self) -> None:
-        self.stage = self.build()
-        self.done = not self.stage.begin()
-        self.base, self.buf = 0, EMPTY
-
-    def items(self, lo: int, hi: int) -> np.ndarray:
-        if lo < self.base:
-            self._restart()
-        while self.base + len(self.buf) < hi and not self.done:
-            more = self.stage.read(max(BLOCK, hi - self.base - len(self.buf)))
-            self.done = not len(more)
-            self.buf = np.concatenate([self.buf, more])
-        cut = min(lo - self.base, len(self.buf))
-        self.buf, self.base = self.buf[cut:], self.base + cut
-        return self.buf[: hi - lo]
 
 
 def limit_share(limit: int | None, worker: int, workers: int) -> int | None:
@@ -147,6 +123,52 @@ class WorkerSchedule:
                 + (" of a finite pass" if self.rank_batches is not None else "")
             )
         self.starts, self.turn = [int(x) for x in samples], int(turn) % self.workers
+
+    # ---- stream snapshots (TrainStream) --------------------------------------------------------------------
+    def sent_snapshots(self) -> list[tuple[int, int, dict]]:
+        """(worker, position, snapshot) of the snapshots the streams took since the last call."""
+        out = []
+        for w, stream in enumerate(self.streams):
+            box = getattr(stream, "outbox", None)
+            if box:
+                out.extend((w, pos, snap) for pos, snap in box)
+                stream.outbox = []
+        return out
+
+    def adopt(self, sent: list[tuple[int, int, dict]]) -> None:
+        """Keep the snapshots a worker sent (`sent_snapshots`) with this process's streams."""
+        for w, pos, snap in sent:
+            self.streams[w].adopt(pos, snap)
+
+    def saved_streams(self, batches: int) -> list[dict | None] | None:
+        """For a loader state after this rank's first `batches` batches: each training stream's latest snapshot at
+        or before the sample its worker reads next (None where it has none), or None for validation streams."""
+        if not all(isinstance(s, TrainStream) for s in self.streams):
+            return None
+        if self.rank_batches is None:
+            at = self.positions(batches)[0]
+        else:
+            done = np.bincount(self.worker[: min(batches, self.rank_batches)], minlength=self.workers)
+            at = (done * self.batch_size).tolist()
+        out: list[dict | None] = []
+        for stream, pos in zip(self.streams, at):
+            snap = stream.snapshot_at(pos)
+            out.append(
+                None
+                if snap is None
+                else {"stream": stream.identity, "at": snap[0], "stages": to_json(snap[1])}
+            )
+        return out
+
+    def restore_streams(self, saved: list) -> None:
+        """Adopt the snapshots of a saved state (`saved_streams`) that belong to these streams (same identity)."""
+        for stream, entry in zip(self.streams, saved):
+            if (
+                isinstance(entry, dict)
+                and isinstance(stream, TrainStream)
+                and entry.get("stream") == stream.identity
+            ):
+                stream.adopt(int(entry["at"]), from_json(entry["stages"]))
 
     def reader_chunks(self, start: int, k: int, n: int) -> Iterator[int]:
         """The batches DataLoader worker k of n reads, from this rank's batch `start` on: those of one energon
@@ -282,11 +304,13 @@ def train_schedule(
         factory_sizes=factory_sizes,
     )
 
-    def builder(w: int):
+    def stream(w: int) -> TrainStream:
         seed = wc.worker_seed(w if wc.num_workers else None)
-        return lambda: train_pipeline(w, seed=seed, **common)
+        own = np.concatenate([np.asarray(o[w], np.int64) for o in offsets] or [EMPTY])
+        identity = f"{seed}:{len(own)}:{zlib.crc32(own.tobytes()):08x}"
+        return TrainStream(lambda: train_pipeline(w, seed=seed, **common), identity)
 
-    streams = [TrainStream(builder(w)) for w in range(workers)]
+    streams = [stream(w) for w in range(workers)]
     endless = repeat or weights is not None or -1 in over_epochs
     lengths = (
         None

@@ -262,15 +262,17 @@ class BatchDataset(torch.utils.data.IterableDataset):
         k, n = (0, 1) if info is None else (info.id, info.num_workers)
         return k, n
 
-    def __iter__(self) -> Iterator[tuple[int, int, Any, tuple]]:
-        """(batch number, samples skipped so far, batch, slot leases) of this worker's batches; in a DataLoader
-        worker an error ends the stream as a WorkerFailure item (loader/worker_failure.py)."""
+    def __iter__(self) -> Iterator[tuple[int, int, Any, tuple, list]]:
+        """(batch number, samples skipped so far, batch, slot leases, stream snapshots) of this worker's batches
+        (the snapshots its schedule's streams took since the last batch, for the main process to keep:
+        energon/train_stream.py); in a DataLoader worker an error ends the stream as a WorkerFailure
+        item (loader/worker_failure.py)."""
         batches = self._worker_batches()
         if torch.utils.data.get_worker_info() is None:
             return batches
-        return failures_as_items(batches, lambda failure: (-1, 0, failure, ()))
+        return failures_as_items(batches, lambda failure: (-1, 0, failure, (), []))
 
-    def _worker_batches(self) -> Iterator[tuple[int, int, Any, tuple]]:
+    def _worker_batches(self) -> Iterator[tuple[int, int, Any, tuple, list]]:
         k, n = self._worker_slot()
         in_worker = torch.utils.data.get_worker_info() is not None
         slots = SlotAllocator(self.image_slots, k)
@@ -290,6 +292,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
             first = self.start_batch + k
             return itertools.count(first, n) if total is None else iter(range(first, total, n))
 
+        snapshots = getattr(self.schedule, "sent_snapshots", list)
         ids, own_total = batch_ids(), None
         if total is not None:  # a finite pass: this worker's batches known up front (readers plan to the end)
             ids = list(ids)
@@ -330,7 +333,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 if batch is not None:
                     if leases and in_worker:  # the slots the main process maps already travel by reference
                         batch, leases = slots.sendable(batch, leases)
-                    yield b, skipped, batch, leases
+                    yield b, skipped, batch, leases, snapshots()
         finally:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)

@@ -130,10 +130,13 @@ class Loader:
         else:
             batches = iter(dl)
         expected, worker_skipped = self.next_batch, self._worker_skipped
+        adopt = getattr(self.dataset.schedule, "adopt", None)  # the workers' stream snapshots, kept here
         try:
-            for b, skipped, batch, leases in batches:
+            for b, skipped, batch, leases, snapshots in batches:
                 if isinstance(batch, WorkerFailure):
                     raise_failure(batch)
+                if snapshots and adopt is not None:
+                    adopt(snapshots)
                 if b < expected:
                     raise LoaderError(f"internal: batch {b} delivered after batch {expected - 1}")
                 if board is not None:

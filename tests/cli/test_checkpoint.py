@@ -95,6 +95,11 @@ def test_energon_arrow_loader_state(clean_root, tmp_path, cli):
     doc = json.loads(cli("checkpoint", "--json", str(path)).stdout)
     assert doc["format"] == "energon-arrow" and doc["ranks"][0]["state"]["next_batch"] == 3
     assert doc["ranks"][0]["state"]["settings"] == loader.state_dict()["settings"]
+    # an energon-order state's stream snapshots (KBs of numbers each) show as where each stream resumes
+    snap = {"stream": "1:3:0", "at": 128, "stages": {"words": {"key": {"array": "<u4", "b64": "A" * 3328}}}}
+    torch.save(dict(loader.save_state_rank(), worker_streams=[snap, None]), path)
+    shown = cli("checkpoint", str(path)).stdout
+    assert "    worker_streams: snapshots at samples [128, null]" in shown and "AAAA" not in shown
 
 
 def test_not_a_state_is_one_line_error(tmp_path, cli):
@@ -256,15 +261,19 @@ def test_redist_deals_worker_streams_in_global_worker_order():
         "settings": {"slice_workers": 2, "global_batch_size": 4},
         "sources": [10],
     }
+    snap = {"stream": "s", "at": 8, "stages": {}}
     states = [
-        dict(base, worker_samples=[10, 8], worker_turn=1, rank=0, world_size=2),
+        dict(base, worker_samples=[10, 8], worker_turn=1, rank=0, world_size=2, worker_streams=[None, snap]),
         dict(base, worker_samples=[10, 8], worker_turn=1, rank=1, world_size=2),
     ]
     out = redistributed(states, 4)
     assert [s["worker_samples"] for s in out] == [[10], [8], [10], [8]]
+    # each stream's snapshot goes with its position; a rank with none has no worker_streams
+    assert [s.get("worker_streams") for s in out] == [None, [snap], None, None]
     assert [s["rank"] for s in out] == [0, 1, 2, 3]
     assert all(s["settings"]["slice_workers"] == 1 and s["next_batch"] == 0 for s in out)
     one = redistributed(states, 1)[0]
     assert one["worker_samples"] == [10, 8, 10, 8] and one["worker_turn"] == 1
+    assert one["worker_streams"] == [None, snap, None, None]
     with pytest.raises(click.ClickException, match="4 worker streams"):
         redistributed(states, 3)

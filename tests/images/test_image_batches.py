@@ -146,7 +146,7 @@ def test_dataset_iterated_without_loader(fixed_root):
     wc = ea.WorkerConfig(rank=0, world_size=1, num_workers=0)
     ds = ea.get_val_dataset(fixed_root, worker_config=wc, batch_size=8, split_part="train")
     ref = _batches(energon, fixed_root, count=1)[0]
-    _, _, batch, leases = next(iter(ds))
+    _, _, batch, leases, _ = next(iter(ds))
     assert leases == () and torch.equal(batch.image, ref.image)
 
 

@@ -202,7 +202,7 @@ def test_million_sample_split_opens_from_the_map_alone(tmp_path, monkeypatch):
     assert len(src) == n and len(src.rowmap.first) == 250
     assert isinstance(src.byte_offset.table, np.memmap)
     ds = BatchDataset([src], LoaderSettings(global_batch_size=16, seed=1), decoder=PartDecoder(raw=True))
-    (_, _, batch, _) = next(iter(ds))
+    (_, _, batch, _, _) = next(iter(ds))
     assert len(batch.__key__) == 16 and all(len(bytes(j)) == 16 for j in batch.image)
     assert 1 <= int(src.shard_check._checked.sum()) <= 16  # the shards of the batch, checked once each
 
