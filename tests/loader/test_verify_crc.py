@@ -28,7 +28,7 @@ def epoch(root: str, verify=None, options=None) -> list:
     src = open_split(root, "train", options)
     settings = LoaderSettings(global_batch_size=8, seed=5, repeat=False, verify=verify)
     ds = BatchDataset([src], settings, decoder=PartDecoder(raw=True))
-    return [(list(b.__key__), [bytes(x) for x in b.image]) for _, _, b, _ in ds]
+    return [(list(b.__key__), [bytes(x) for x in b.image]) for _, _, b, _, _ in ds]
 
 
 def _captioning(root: str) -> str:
