@@ -16,8 +16,8 @@ import base64
 
 import numpy as np
 
+from energon_arrow.energon.sample_loader import EMPTY
 from energon_arrow.energon.torch_draws import BLOCK
-from energon_arrow.energon.train_order import EMPTY
 
 SNAPSHOT_EVERY = 1 << 17  # items between two snapshots of a stream: what a restore computes again at most
 KEPT_SNAPSHOTS = (

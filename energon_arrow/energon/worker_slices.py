@@ -27,15 +27,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from energon_arrow.energon.energon_len import rotation_offsets, worker_ranges
-from energon_arrow.energon.train_order import (
-    EMPTY,
-    ROW_BITS,
-    ROW_MASK,
-    Blend,
-    Repeat,
-    SampleLoader,
-    ShuffleBuffer,
-)
+from energon_arrow.energon.sample_loader import EMPTY, ROW_BITS, ROW_MASK, SampleLoader
+from energon_arrow.energon.train_order import Blend, Repeat, ShuffleBuffer
 from energon_arrow.energon.train_stream import TrainStream, from_json, to_json
 from energon_arrow.loader.errors import LoaderError
 from energon_arrow.loader.split_rows import rows_before

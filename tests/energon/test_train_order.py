@@ -6,12 +6,9 @@ import numpy as np
 import torch
 
 from energon_arrow.energon.energon_len import slice_offsets
+from energon_arrow.energon.sample_loader import SampleLoader
 from energon_arrow.energon.torch_draws import Words, as_floats, first_to_reach
-from energon_arrow.energon.train_order import (
-    Repeat,
-    SampleLoader,
-    ShuffleBuffer,
-)
+from energon_arrow.energon.train_order import Repeat, ShuffleBuffer
 from energon_arrow.energon.worker_slices import finite_length
 
 
