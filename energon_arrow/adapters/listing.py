@@ -1,5 +1,9 @@
 """What a store says about its files: `FileInfo` and `scan` (the recursive, sorted glob behind `Storage.scan`,
-`Storage.list_files` and `Storage.stat`)."""
+`Storage.list_files` and `Storage.stat`).
+
+A local scan follows symlinked folders, as energon's does (its `EPath.glob` / `walk`, and so `energon prepare`,
+list the shards under a folder linked into the dataset): a link is listed under its own name. A folder that links
+back to one of its own ancestors would be walked forever: that is an error naming the link."""
 
 from __future__ import annotations
 
@@ -63,8 +67,18 @@ def _scan_local(url: str, root: str, regex) -> list[FileInfo]:
         if os.path.exists(root):
             raise StorageError(url, "is a file, expected a folder")
         raise NotFound(url, "folder not found")
-    for dirpath, dirnames, filenames in os.walk(root):
+    st = os.stat(root)
+    ancestry = {root: {(st.st_dev, st.st_ino)}}  # folder -> the (device, inode) of it and its ancestors
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames.sort()
+        above = ancestry.pop(dirpath)
+        for name in dirnames:
+            child = os.path.join(dirpath, name)
+            st = os.stat(child)
+            if (st.st_dev, st.st_ino) in above:
+                rel = os.path.relpath(child, root).replace(os.sep, "/")
+                raise StorageError(url, f"folder {rel!r} links back to a folder that contains it (a loop)")
+            ancestry[child] = above | {(st.st_dev, st.st_ino)}
         base = os.path.relpath(dirpath, root)
         for name in filenames:
             rel = name if base == "." else f"{base}/{name}".replace(os.sep, "/")

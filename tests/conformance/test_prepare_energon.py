@@ -93,6 +93,31 @@ def test_same_index_as_energon(source, tmp_path, case):
         assert a.execute(schema).fetchall() == b.execute(schema).fetchall()
 
 
+def test_shards_under_a_linked_folder_are_indexed_as_energon_does(source, tmp_path):
+    """A folder of shards symlinked into the dataset: energon's prepare lists its shards (its EPath.glob follows
+    the link), so ours must too, under the link's name (a silent difference would train on a part of the data)."""
+    from energon_arrow.testing.synthetic import shard_bytes, write_shards
+
+    elsewhere = tmp_path / "elsewhere"
+    write_shards(str(elsewhere), 2, lambda s: shard_bytes(s + 10, 5, 64, 0), None, "more")
+    ref = _copy(source, tmp_path / "energon")
+    ours = _copy(source, tmp_path / "ours")
+    for root in (ref, ours):
+        os.symlink(elsewhere, os.path.join(root, "linked"), target_is_directory=True)
+    energon_in_process(
+        "prepare", ref, "--non-interactive", "--num-workers", "1", "--no-progress", "--split-ratio", "1,0,0"
+    )
+    prepare_dataset(ours, PrepareOptions(num_workers=2, split_ratio=parse_split_ratio("1,0,0")))
+    info = json.loads(Path(ours, ".nv-meta", ".info.json").read_bytes())
+    assert {"linked/more/shard-000000.tar", "linked/more/shard-000001.tar"} <= set(info["shard_counts"])
+    assert (
+        Path(ours, ".nv-meta", ".info.json").read_bytes() == Path(ref, ".nv-meta", ".info.json").read_bytes()
+    )
+    for table in ("samples", "sample_parts"):
+        assert _rows(ours, table) == _rows(ref, table)
+    assert _splits(ours) == _splits(ref)
+
+
 def test_energon_loads_our_dataset(source, tmp_path):
     from megatron.energon import WorkerConfig, get_loader, get_train_dataset, get_val_dataset
     from megatron.energon.cache.file_store import WebdatasetFileStore
