@@ -171,7 +171,9 @@ class EPath:
             raw = open(str(self.internal_path), "rb")  # noqa: SIM115 - returned to the caller, who closes it
         else:
             storage = self._parent_storage()
-            raw = storage.fs.open(storage.path_of(self.name), "rb", block_size=block_size or 8 * 1024 * 1024)
+            # multi-storage-client's filesystem passes its arguments to its own open(), which has no block size
+            sized = {} if storage.protocol == "msc" else {"block_size": block_size or 8 * 1024 * 1024}
+            raw = storage.fs.open(storage.path_of(self.name), "rb", **sized)
         return raw if mode.endswith("b") else io.TextIOWrapper(raw, encoding="utf-8")
 
     def read_bytes(self) -> bytes:

@@ -15,6 +15,7 @@ pytest.importorskip("multistorageclient")
 import energon_arrow as ea
 from energon_arrow.adapters import StorageError, open_storage
 from energon_arrow.adapters.msc import resolve_msc_url
+from energon_arrow.epathlib import EPath
 from energon_arrow.index.prepare import PrepareOptions, prepare_dataset
 from energon_arrow.meta import field_map_dataset, parse_split_ratio
 from energon_arrow.query import open_dataset
@@ -138,6 +139,12 @@ def test_prepare_query_and_load_over_msc(tmp_path, monkeypatch, s3_server, cache
     texts = _epoch_texts(epathlib.EPath(url))
     assert len(texts) == 12 and len(set(texts)) == 12
     assert texts == _epoch_texts(s3_url, s3_server.storage_options) == _epoch_texts(url)
+    # our EPath opens a shard for reading, seekable, as energon's does (MSC's open takes no block size)
+    shard = open_storage(s3_url, s3_server.storage_options).read_bytes("shards/shard-000000.tar")
+    with EPath(f"{url}/shards/shard-000000.tar").open("rb") as f:
+        assert f.read(1000) == shard[:1000]
+        f.seek(512)
+        assert f.read() == shard[512:]
 
 
 @pytest.mark.s3
