@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,17 +26,26 @@ class ParsedUrl:
         return f"{self.protocol}://{self.path.lstrip('/')}"
 
 
+RCLONE_PREFIX = "rclone://"
+
+
 def path_text(path) -> str:
     """The URL or local path of `path`: a string, an `os.PathLike`, or a path object carrying its URL in a
-    string `url` attribute (energon's `EPath`, whose `str()` is also that URL)."""
+    string `url` attribute (energon's `EPath`, whose `str()` is also that URL). energon's deprecated
+    `rclone://profile/...` is `msc://profile/...` (multi-storage-client also finds its profiles in the rclone
+    configuration), with energon's FutureWarning."""
     if isinstance(path, str):
-        return path
-    if isinstance(path, os.PathLike):
-        return os.fspath(path)
-    url = getattr(path, "url", None)
-    if isinstance(url, str):
-        return url
-    raise TypeError(f"expected a path or URL (str, os.PathLike or EPath), got {type(path).__name__}")
+        text = path
+    elif isinstance(path, os.PathLike):
+        text = os.fspath(path)
+    elif isinstance(getattr(path, "url", None), str):
+        text = path.url
+    else:
+        raise TypeError(f"expected a path or URL (str, os.PathLike or EPath), got {type(path).__name__}")
+    if isinstance(text, str) and text[: len(RCLONE_PREFIX)].lower() == RCLONE_PREFIX:
+        warnings.warn("rclone:// protocol is deprecated. Use msc:// instead.", FutureWarning, stacklevel=3)
+        return "msc://" + text[len(RCLONE_PREFIX) :]
+    return text
 
 
 DSS_PREFIX = "dss://"

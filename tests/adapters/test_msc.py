@@ -78,6 +78,22 @@ def test_posix_profile_becomes_a_local_path(tmp_path, monkeypatch):
     assert resolve_msc_url("msc://disk/a/b", None) == (f"{tmp_path}/a/b", {})
 
 
+def test_rclone_urls_are_msc_urls_with_energons_warning(tmp_path, monkeypatch):
+    """energon reads its deprecated rclone://profile/... as msc://profile/... and warns (FutureWarning)."""
+    _write_config(
+        tmp_path,
+        monkeypatch,
+        f"  disk:\n    storage_provider:\n      type: file\n      options:\n        base_path: {tmp_path}\n",
+    )
+    with pytest.warns(FutureWarning, match="rclone:// protocol is deprecated. Use msc:// instead."):
+        path = EPath("rclone://disk/tmp/path/.././subpath.txt")
+    assert str(path) == "msc://disk/tmp/subpath.txt"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f.txt").write_bytes(b"x")
+    with pytest.warns(FutureWarning):
+        assert open_storage("rclone://disk/a").read_bytes("f.txt") == b"x"
+
+
 @pytest.mark.parametrize(
     "extra, options",
     [
