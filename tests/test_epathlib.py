@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import energon_arrow as ea
-from energon_arrow.adapters import NotFound
+from energon_arrow.adapters import NotFound, open_storage
 from energon_arrow.epathlib import EPath
 
 
@@ -82,3 +82,24 @@ def test_loader_and_query_take_an_epath(tmp_path):
         ds = ea.get_val_dataset(path, batch_size=2, worker_config=wc, split_part="train")
         keys.append([k for batch in ea.get_loader(ds) for k in batch.__key__])
     assert keys[0] == keys[1] and len(keys[0]) == 8
+
+
+def test_energons_default_profile_is_the_local_filesystem(tmp_path):
+    """energon's epathlib.DEFAULT_PROFILE_NAME (multi-storage-client's reserved POSIX profile): msc://that/p is
+    the local /p, as a path and as a storage."""
+    from energon_arrow.energon.epathlib import DEFAULT_PROFILE_NAME
+
+    (tmp_path / "f.txt").write_bytes(b"local")
+    path = EPath(f"msc://{DEFAULT_PROFILE_NAME}{tmp_path}/f.txt")
+    assert str(path) == f"{tmp_path}/f.txt" and path.is_local() and path.read_bytes() == b"local"
+    assert str(path / ".." / "g.txt") == f"{tmp_path}/g.txt"
+    assert open_storage(f"msc://{DEFAULT_PROFILE_NAME}{tmp_path}").read_bytes("f.txt") == b"local"
+
+
+def test_stat_has_energons_names_too(tmp_path):
+    """energon's EPath.stat() is multi-storage-client's ObjectMetadata: content_length, last_modified (UTC)."""
+    (tmp_path / "f.bin").write_bytes(b"12345")
+    info = EPath(str(tmp_path / "f.bin")).stat()
+    assert info.content_length == info.size == 5
+    assert info.last_modified.tzinfo is not None
+    assert info.last_modified.timestamp() == pytest.approx((tmp_path / "f.bin").stat().st_mtime)

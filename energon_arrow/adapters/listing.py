@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from energon_arrow.adapters.errors import NotFound, StorageError
@@ -24,6 +25,15 @@ class FileInfo:
     size: int
     mtime: float | None = None
     etag: str | None = None
+
+    # energon's EPath.stat() gives multi-storage-client's ObjectMetadata: its names for the same facts
+    @property
+    def content_length(self) -> int:
+        return self.size
+
+    @property
+    def last_modified(self) -> datetime | None:
+        return None if self.mtime is None else datetime.fromtimestamp(self.mtime, timezone.utc)
 
     @property
     def identity(self) -> str:

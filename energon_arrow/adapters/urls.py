@@ -27,13 +27,16 @@ class ParsedUrl:
 
 
 RCLONE_PREFIX = "rclone://"
+# multi-storage-client's reserved profile for the local filesystem (its RESERVED_POSIX_PROFILE_NAME; energon's
+# epathlib.DEFAULT_PROFILE_NAME): msc://__filesystem__/etc/hosts is /etc/hosts
+POSIX_PROFILE = "__filesystem__"
 
 
 def path_text(path) -> str:
     """The URL or local path of `path`: a string, an `os.PathLike`, or a path object carrying its URL in a
     string `url` attribute (energon's `EPath`, whose `str()` is also that URL). energon's deprecated
     `rclone://profile/...` is `msc://profile/...` (multi-storage-client also finds its profiles in the rclone
-    configuration), with energon's FutureWarning."""
+    configuration), with energon's FutureWarning; `msc://__filesystem__/path` is the local `/path`, as in energon."""
     if isinstance(path, str):
         text = path
     elif isinstance(path, os.PathLike):
@@ -44,7 +47,10 @@ def path_text(path) -> str:
         raise TypeError(f"expected a path or URL (str, os.PathLike or EPath), got {type(path).__name__}")
     if isinstance(text, str) and text[: len(RCLONE_PREFIX)].lower() == RCLONE_PREFIX:
         warnings.warn("rclone:// protocol is deprecated. Use msc:// instead.", FutureWarning, stacklevel=3)
-        return "msc://" + text[len(RCLONE_PREFIX) :]
+        text = "msc://" + text[len(RCLONE_PREFIX) :]
+    posix = f"msc://{POSIX_PROFILE}"
+    if isinstance(text, str) and (text == posix or text.startswith(posix + "/")):
+        return text[len(posix) :] or "/"
     return text
 
 
