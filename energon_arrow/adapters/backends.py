@@ -128,9 +128,8 @@ def _retrying_instance(cls, options: dict, retries: int):
     if reader is None:
         reader = cls(skip_instance_cache=True, **options)
         reader.retries = retries
-        if (
-            len(_RETRYING) >= 8
-        ):  # bounded: drop the oldest (another process's after a fork, or unused options)
+        # bounded: drop the oldest (another process's after a fork, or unused options)
+        if len(_RETRYING) >= 8:
             del _RETRYING[next(iter(_RETRYING))]
         _RETRYING[key] = reader
     return reader

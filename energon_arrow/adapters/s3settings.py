@@ -163,9 +163,8 @@ def _build_client(options: Mapping[str, Any], upload_checksum: str) -> DirectRan
             credentials = Credentials(key, secret, token)
         else:
             credentials = session.get_credentials()  # env, profile, SSO, web identity, instance metadata...
-        if (
-            credentials is None
-        ):  # as botocore: no credentials is an error (s3fs says so), unsigned only with anon
+        # as botocore: no credentials is an error (s3fs says so), unsigned only with anon
+        if credentials is None:
             log.debug("S3 requests go through s3fs, not the direct client: no credentials found")
             return None
     region = (

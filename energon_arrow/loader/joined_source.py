@@ -199,7 +199,9 @@ class JoinedBuilder(SampleBuilder):
         if got is None:  # a sample built outside a batch (restore_sample)
             (got,) = self._open_readers()[i].read(np.array([r], np.int64))
         key, parts = sample_parts(src, r, got)
-        return builder.build(key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), row, seed)
+        return builder.build(
+            key, parts, src.shard_paths[src.shard_id[r]], int(src.sample_index[r]), row, seed
+        )
 
     def build(
         self, key: str, parts: dict, shard: str, sample_index: int, split_index: int, seed: int | None = None

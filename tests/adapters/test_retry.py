@@ -119,7 +119,10 @@ def test_retrying_fs_is_made_once_per_process_and_options():
     b = open_storage("s3://bucket/other", dict(options), retry=RetryPolicy(attempts=4))
     c = open_storage("s3://bucket/ds", options, retry=RetryPolicy(attempts=6))
     assert a.retrying_fs is b.retrying_fs and a.retrying_fs is not a.fs
-    assert c.retrying_fs is not a.retrying_fs and (a.retrying_fs.retries, c.retrying_fs.retries) in ((4, 6), (1, 1))
+    assert c.retrying_fs is not a.retrying_fs and (a.retrying_fs.retries, c.retrying_fs.retries) in (
+        (4, 6),
+        (1, 1),
+    )
 
 
 def test_retrying_fs_has_exactly_one_retry_loop():
