@@ -195,8 +195,9 @@ class EPath:
             yield self._derived(self.internal_path / rel)
 
     def glob(self, pattern: str) -> Iterator[EPath]:
-        """Files below this path whose relative path matches `pattern` (`**` spans folders)."""
-        for rel in self._storage().list_files(pattern):
+        """Files below this path whose relative path matches `pattern` (`**` spans folders; wildcards do not
+        match hidden names, as energon's glob)."""
+        for rel in self._storage().list_files(pattern, hidden=False):
             yield self._derived(self.internal_path / rel)
 
     def copy(self, target: EPath) -> None:

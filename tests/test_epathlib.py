@@ -103,3 +103,23 @@ def test_stat_has_energons_names_too(tmp_path):
     assert info.content_length == info.size == 5
     assert info.last_modified.tzinfo is not None
     assert info.last_modified.timestamp() == pytest.approx((tmp_path / "f.bin").stat().st_mtime)
+
+
+def test_glob_skips_hidden_names_as_energons_and_walk_does_not(tmp_path):
+    """energon's EPath.glob: wildcards do not match names starting with "." (a pattern component that starts with
+    "." does) and `**` does not enter hidden folders; walk() lists everything. Expected lists from energon 7.4.1."""
+    for rel in ("a/x.tar", "a/.y.tar", "a/.h/z.tar", ".d/e/w.tar", "top.tar", ".top.tar"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    root = EPath(str(tmp_path))
+
+    def rel(paths):
+        return sorted(str(p)[len(str(tmp_path)) + 1 :] for p in paths)
+
+    assert rel(root.glob("**/*.tar")) == ["a/x.tar", "top.tar"]
+    assert rel(root.glob("*.tar")) == ["top.tar"]
+    assert rel(root.glob(".d/**/*.tar")) == [".d/e/w.tar"]
+    assert rel(root.glob("a/.h/*.tar")) == ["a/.h/z.tar"]
+    assert rel(root.glob("**/.y.tar")) == ["a/.y.tar"]
+    assert rel(root.glob(".*.tar")) == [".top.tar"]
+    assert rel(root.walk()) == [".d/e/w.tar", ".top.tar", "a/.h/z.tar", "a/.y.tar", "a/x.tar", "top.tar"]

@@ -55,9 +55,10 @@ def file_info(rel: str, info: Mapping[str, Any]) -> FileInfo:
     )
 
 
-def scan(storage, pattern: str = "**/*") -> list[FileInfo]:
-    """All files under `storage`'s root whose relative path matches `pattern` (`**` spans directories), sorted."""
-    regex = glob_to_regex(pattern)
+def scan(storage, pattern: str = "**/*", hidden: bool = True) -> list[FileInfo]:
+    """All files under `storage`'s root whose relative path matches `pattern` (`**` spans directories), sorted;
+    `hidden=False`: glob's rule for hidden names (urls.glob_to_regex)."""
+    regex = glob_to_regex(pattern, hidden)
     root = storage.path_of("").rstrip("/")
     if storage.is_local:
         return _scan_local(storage.url, root, regex)

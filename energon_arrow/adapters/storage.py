@@ -202,12 +202,13 @@ class Storage(Backends):
             raise StorageError(self.url_of(rel), "is a directory, expected a file")
         return listing.file_info(rel, info)
 
-    def scan(self, pattern: str = "**/*") -> list[FileInfo]:
-        """All files under the root whose relative path matches `pattern` (`**` spans directories), sorted."""
-        return listing.scan(self, pattern)
+    def scan(self, pattern: str = "**/*", hidden: bool = True) -> list[FileInfo]:
+        """All files under the root whose relative path matches `pattern` (`**` spans directories), sorted;
+        `hidden=False`: glob's rule for hidden names (urls.glob_to_regex)."""
+        return listing.scan(self, pattern, hidden)
 
-    def list_files(self, pattern: str = "**/*") -> list[str]:
-        return [f.path for f in self.scan(pattern)]
+    def list_files(self, pattern: str = "**/*", hidden: bool = True) -> list[str]:
+        return [f.path for f in self.scan(pattern, hidden)]
 
     # ---- reads --------------------------------------------------------------------------------------------
     def read_bytes(self, rel: str) -> bytes:

@@ -97,19 +97,25 @@ def join_path(base: str, rel: str) -> str:
 
 
 @lru_cache(maxsize=256)
-def glob_to_regex(pattern: str) -> re.Pattern:
-    """Translate a POSIX glob with `**` (any number of directories, including none) to a regex."""
+def glob_to_regex(pattern: str, hidden: bool = True) -> re.Pattern:
+    """Translate a POSIX glob with `**` (any number of directories, including none) to a regex. `hidden=False`:
+    glob's rule for hidden names, as energon's `EPath.glob` (and so `energon prepare`) applies it: a wildcard
+    does not match a name starting with "." (a pattern component that starts with "." does), and `**` does not
+    descend into hidden folders."""
+    name = "[^/]*" if hidden else r"(?!\.)[^/]*"  # one path component matched by `**`
     i, out = 0, []
     while i < len(pattern):
         c = pattern[i]
         if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
+            out.append("(?:.*/)?" if hidden else f"(?:{name}/)*")
             i += 3
             continue
         if pattern.startswith("**", i):
-            out.append(".*")
+            out.append(".*" if hidden else f"(?:{name}(?:/{name})*)?")
             i += 2
             continue
+        if not hidden and c in "*?[" and (i == 0 or pattern[i - 1] == "/"):
+            out.append(r"(?!\.)")
         if c == "*":
             out.append("[^/]*")
         elif c == "?":

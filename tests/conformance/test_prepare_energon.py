@@ -118,6 +118,27 @@ def test_shards_under_a_linked_folder_are_indexed_as_energon_does(source, tmp_pa
     assert _splits(ours) == _splits(ref)
 
 
+def test_hidden_shards_are_left_out_as_energon_leaves_them(source, tmp_path):
+    """energon's prepare globs `**/*.tar`, which skips hidden files and hidden folders (a `.cache/` or
+    `.ipynb_checkpoints/` copy of a shard): ours must leave them out too."""
+    from energon_arrow.testing.synthetic import shard_bytes, write_shards
+
+    ref = _copy(source, tmp_path / "energon")
+    ours = _copy(source, tmp_path / "ours")
+    for root in (ref, ours):
+        write_shards(root, 1, lambda s: shard_bytes(s + 10, 5, 64, 0), None, ".cache")
+        write_shards(root, 1, lambda s: shard_bytes(s + 20, 5, 64, 0), None, "shards/.old")
+        Path(root, "shards", ".copy.tar").write_bytes(Path(root, "shards", "shard-000000.tar").read_bytes())
+    energon_in_process(
+        "prepare", ref, "--non-interactive", "--num-workers", "1", "--no-progress", "--split-ratio", "1,0,0"
+    )
+    prepare_dataset(ours, PrepareOptions(num_workers=2, split_ratio=parse_split_ratio("1,0,0")))
+    info = Path(ours, ".nv-meta", ".info.json").read_bytes()
+    assert not [s for s in json.loads(info)["shard_counts"] if "/." in "/" + s]
+    assert info == Path(ref, ".nv-meta", ".info.json").read_bytes()
+    assert _rows(ours, "samples") == _rows(ref, "samples")
+
+
 def test_energon_loads_our_dataset(source, tmp_path):
     from megatron.energon import WorkerConfig, get_loader, get_train_dataset, get_val_dataset
     from megatron.energon.cache.file_store import WebdatasetFileStore
