@@ -3,7 +3,8 @@
 
 A local scan follows symlinked folders, as energon's does (its `EPath.glob` / `walk`, and so `energon prepare`,
 list the shards under a folder linked into the dataset): a link is listed under its own name. A folder that links
-back to one of its own ancestors would be walked forever: that is an error naming the link."""
+back to one of its own ancestors is not entered (it would be walked forever; energon's glob walks such a loop
+until the system refuses the path, 40 links deep)."""
 
 from __future__ import annotations
 
@@ -83,13 +84,16 @@ def _scan_local(url: str, root: str, regex) -> list[FileInfo]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames.sort()
         above = ancestry.pop(dirpath)
+        looping = []
         for name in dirnames:
             child = os.path.join(dirpath, name)
             st = os.stat(child)
             if (st.st_dev, st.st_ino) in above:
-                rel = os.path.relpath(child, root).replace(os.sep, "/")
-                raise StorageError(url, f"folder {rel!r} links back to a folder that contains it (a loop)")
-            ancestry[child] = above | {(st.st_dev, st.st_ino)}
+                looping.append(name)
+            else:
+                ancestry[child] = above | {(st.st_dev, st.st_ino)}
+        for name in looping:  # its files are listed already, under the folder it leads back to
+            dirnames.remove(name)
         base = os.path.relpath(dirpath, root)
         for name in filenames:
             rel = name if base == "." else f"{base}/{name}".replace(os.sep, "/")
