@@ -156,9 +156,10 @@ class NoCachePool(CachePool):
 class _Entry:
     """One spilled (or in-memory) entry: the future of its fetch and how many Lazy objects refer to it."""
 
-    def __init__(self, future: Future, fname: str = "", decoders: tuple = ()):
+    def __init__(self, future: Future, fname: str = "", decoders: tuple = (), pickled: bool = True):
         self.future, self.refs = future, 0
         self.fname, self.decoders = fname, decoders  # what FileCacheLazy.get decodes the cached bytes with
+        self.pickled = pickled  # its cached copy is pickled (else the raw bytes)
 
 
 class FileCacheLazy(Lazy[T]):
@@ -173,7 +174,7 @@ class FileCacheLazy(Lazy[T]):
     def get(self, sample: Any = None) -> Any:
         path, data, source = self._entry.future.result()
         _add_source(sample, source)
-        data = data if path is None else self.pool._read(path)
+        data = data if path is None else self.pool._read(path, self._entry.pickled)
         for decoder in self._entry.decoders:  # a decoding store: the cache holds the raw bytes
             data = decoder.decode(self._entry.fname, data)
         return data
@@ -187,8 +188,9 @@ class FileCacheLazy(Lazy[T]):
 class FileStoreCachePool(CachePool):
     """A bounded on-disk cache of aux reads, filled by `num_workers` background threads per process.
 
-    `parent_cache_dir`: where the pool's folder is made (default: the system temp folder); `method`: "raw" stores
-    bytes entries as they are, "pickle" pickles any entry (decoded images, dicts); "raw" refuses non-bytes."""
+    `parent_cache_dir`: where the pool's folder is made (default: the system temp folder); `method`: how entries
+    read from stores are kept: "raw" stores bytes entries as they are (and refuses non-bytes), "pickle" pickles any
+    entry (decoded images, dicts). `to_cache(data)` pickles whatever the method, as energon's does."""
 
     def __init__(
         self,
@@ -235,8 +237,8 @@ class FileStoreCachePool(CachePool):
         return self._executor
 
     # ---- storing -----------------------------------------------------------------------------------------
-    def _encode(self, data: Any, name: str) -> bytes:
-        if self.method == "pickle":
+    def _encode(self, data: Any, name: str, pickled: bool) -> bytes:
+        if pickled:
             return pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise LoaderError(
@@ -245,9 +247,9 @@ class FileStoreCachePool(CachePool):
             )
         return bytes(data)
 
-    def _spill(self, data: Any, name: str, source: Any) -> tuple[Path | None, Any, Any]:
+    def _spill(self, data: Any, name: str, source: Any, pickled: bool) -> tuple[Path | None, Any, Any]:
         """(path of the cached copy, None, source), or (None, data, source) when the cache is full."""
-        blob = self._encode(data, name)
+        blob = self._encode(data, name, pickled)
         with self._lock:
             if self._bytes + len(blob) > self.max_bytes or self._count + 1 > self.max_count:
                 return None, data, source
@@ -262,7 +264,7 @@ class FileStoreCachePool(CachePool):
 
     def _fetch(self, ds: Any, fname: str) -> tuple[Path | None, Any, Any]:
         data, source = ds[fname]
-        return self._spill(data, fname, source)
+        return self._spill(data, fname, source, self.method == "pickle")
 
     def _drain(self, ds_id: int) -> None:
         """Fetch every name queued for one store with one `get_many` (names queue up while the threads are busy,
@@ -282,13 +284,13 @@ class FileStoreCachePool(CachePool):
                     future.set_result(self._fetch(ds, name))
                 else:
                     data, source = got[i]
-                    future.set_result(self._spill(data, name, source))
+                    future.set_result(self._spill(data, name, source, self.method == "pickle"))
             except BaseException as exc:  # noqa: BLE001 - handed to the Lazy that reads it
                 future.set_exception(exc)
 
-    def _read(self, path: Path) -> Any:
+    def _read(self, path: Path, pickled: bool) -> Any:
         blob = path.read_bytes()
-        return pickle.loads(blob) if self.method == "pickle" else blob
+        return pickle.loads(blob) if pickled else blob
 
     def _release(self, entry: _Entry) -> None:
         """A Lazy was dropped: delete the cached copy when it was the last one referring to it."""
@@ -321,18 +323,20 @@ class FileStoreCachePool(CachePool):
         with self._lock:
             entry = self._entries.get(key)
             if entry is None and callable(getattr(store, "get_many", None)):
-                entry = self._entries[key] = _Entry(Future(), name, tuple(decoders))
+                entry = self._entries[key] = _Entry(Future(), name, tuple(decoders), self.method == "pickle")
                 self._queued.setdefault(id(store), (store, []))[1].append((name, entry.future))
                 self._pool().submit(self._drain, id(store))
             elif entry is None:
-                entry = _Entry(self._pool().submit(self._fetch, store, name), name, tuple(decoders))
+                fetch = self._pool().submit(self._fetch, store, name)
+                entry = _Entry(fetch, name, tuple(decoders), self.method == "pickle")
                 self._entries[key] = entry
         return FileCacheLazy(ds, fname, self, entry)
 
     def to_cache(self, data: Any, name: str) -> FileCacheLazy:
+        """`data` (anything picklable, whatever the pool's method, as energon's) kept in the cache until read."""
         self._check_process()
         done: Future = Future()
-        done.set_result(self._spill(data, name, None))
+        done.set_result(self._spill(data, name, None, True))
         entry = _Entry(done)
         with self._lock:
             self._entries[(id(entry), name)] = entry
