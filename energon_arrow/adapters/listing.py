@@ -84,16 +84,14 @@ def _scan_local(url: str, root: str, regex) -> list[FileInfo]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames.sort()
         above = ancestry.pop(dirpath)
-        looping = []
+        entered = []  # a folder leading back to an ancestor is left out: its files are listed under that one
         for name in dirnames:
             child = os.path.join(dirpath, name)
             st = os.stat(child)
-            if (st.st_dev, st.st_ino) in above:
-                looping.append(name)
-            else:
+            if (st.st_dev, st.st_ino) not in above:
+                entered.append(name)
                 ancestry[child] = above | {(st.st_dev, st.st_ino)}
-        for name in looping:  # its files are listed already, under the folder it leads back to
-            dirnames.remove(name)
+        dirnames[:] = entered
         base = os.path.relpath(dirpath, root)
         for name in filenames:
             rel = name if base == "." else f"{base}/{name}".replace(os.sep, "/")

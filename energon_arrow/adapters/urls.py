@@ -45,11 +45,13 @@ def path_text(path) -> str:
         text = path.url
     else:
         raise TypeError(f"expected a path or URL (str, os.PathLike or EPath), got {type(path).__name__}")
-    if isinstance(text, str) and text[: len(RCLONE_PREFIX)].lower() == RCLONE_PREFIX:
+    if not isinstance(text, str):  # a bytes path from os.fspath
+        return text
+    if text[: len(RCLONE_PREFIX)].lower() == RCLONE_PREFIX:
         warnings.warn("rclone:// protocol is deprecated. Use msc:// instead.", FutureWarning, stacklevel=3)
         text = "msc://" + text[len(RCLONE_PREFIX) :]
     posix = f"msc://{POSIX_PROFILE}"
-    if isinstance(text, str) and (text == posix or text.startswith(posix + "/")):
+    if text == posix or text.startswith(posix + "/"):
         return text[len(posix) :] or "/"
     return text
 

@@ -91,8 +91,9 @@ def _dealt_streams(states: list[dict], world_size: int) -> list[dict]:
             settings=settings,
         )
         state.pop("worker_streams", None)
-        if any(x is not None for x in snapshots[rank * per : (rank + 1) * per]):
-            state["worker_streams"] = snapshots[rank * per : (rank + 1) * per]
+        own = snapshots[rank * per : (rank + 1) * per]
+        if any(x is not None for x in own):
+            state["worker_streams"] = own
         out.append(state)
     return out
 

@@ -237,6 +237,11 @@ class FileStoreCachePool(CachePool):
         return self._executor
 
     # ---- storing -----------------------------------------------------------------------------------------
+    @property
+    def _stores_pickled(self) -> bool:
+        """Entries read from stores are kept pickled (method "pickle"), else as their raw bytes."""
+        return self.method == "pickle"
+
     def _encode(self, data: Any, name: str, pickled: bool) -> bytes:
         if pickled:
             return pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
@@ -264,7 +269,7 @@ class FileStoreCachePool(CachePool):
 
     def _fetch(self, ds: Any, fname: str) -> tuple[Path | None, Any, Any]:
         data, source = ds[fname]
-        return self._spill(data, fname, source, self.method == "pickle")
+        return self._spill(data, fname, source, self._stores_pickled)
 
     def _drain(self, ds_id: int) -> None:
         """Fetch every name queued for one store with one `get_many` (names queue up while the threads are busy,
@@ -284,7 +289,7 @@ class FileStoreCachePool(CachePool):
                     future.set_result(self._fetch(ds, name))
                 else:
                     data, source = got[i]
-                    future.set_result(self._spill(data, name, source, self.method == "pickle"))
+                    future.set_result(self._spill(data, name, source, self._stores_pickled))
             except BaseException as exc:  # noqa: BLE001 - handed to the Lazy that reads it
                 future.set_exception(exc)
 
@@ -323,12 +328,12 @@ class FileStoreCachePool(CachePool):
         with self._lock:
             entry = self._entries.get(key)
             if entry is None and callable(getattr(store, "get_many", None)):
-                entry = self._entries[key] = _Entry(Future(), name, tuple(decoders), self.method == "pickle")
+                entry = self._entries[key] = _Entry(Future(), name, tuple(decoders), self._stores_pickled)
                 self._queued.setdefault(id(store), (store, []))[1].append((name, entry.future))
                 self._pool().submit(self._drain, id(store))
             elif entry is None:
                 fetch = self._pool().submit(self._fetch, store, name)
-                entry = _Entry(fetch, name, tuple(decoders), self.method == "pickle")
+                entry = _Entry(fetch, name, tuple(decoders), self._stores_pickled)
                 self._entries[key] = entry
         return FileCacheLazy(ds, fname, self, entry)
 

@@ -195,9 +195,7 @@ class BasicLoader(Loader, Generic[T]):
             }
         saved_streams = getattr(schedule, "saved_streams", None)
         streams = saved_streams(self.next_batch) if saved_streams is not None else None
-        if streams and any(
-            s is not None for s in streams
-        ):  # where each stream resumes from without replaying
+        if streams and any(s is not None for s in streams):  # where each stream resumes without replaying
             state["worker_streams"] = streams
         if self.regroup is not None:
             state["regroup"] = (

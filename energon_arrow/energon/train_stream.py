@@ -20,9 +20,8 @@ from energon_arrow.energon.sample_loader import EMPTY
 from energon_arrow.energon.torch_draws import BLOCK
 
 SNAPSHOT_EVERY = 1 << 17  # items between two snapshots of a stream: what a restore computes again at most
-KEPT_SNAPSHOTS = (
-    4  # the latest snapshots a stream keeps (a worker's plans run far less than one interval ahead)
-)
+# the latest snapshots a stream keeps (a worker's plans run far less than one interval ahead)
+KEPT_SNAPSHOTS = 4
 
 
 class TrainStream:

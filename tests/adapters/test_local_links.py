@@ -10,6 +10,9 @@ import pytest
 from energon_arrow.adapters.storage import Storage
 from energon_arrow.epathlib import EPath
 
+# every file of the `linked` layout, the linked folder's under the link's name
+LISTED = ["file.txt", "subdir/file2.txt", "subdir/file3.blob", "symlink/file2.txt", "symlink/file3.blob"]
+
 
 @pytest.fixture
 def linked(tmp_path):
@@ -24,13 +27,7 @@ def linked(tmp_path):
 
 
 def test_scan_lists_files_under_a_linked_folder_by_the_links_name(linked):
-    assert Storage(str(linked)).list_files("**/*") == [
-        "file.txt",
-        "subdir/file2.txt",
-        "subdir/file3.blob",
-        "symlink/file2.txt",
-        "symlink/file3.blob",
-    ]
+    assert Storage(str(linked)).list_files("**/*") == LISTED
 
 
 def test_epath_walk_and_glob_follow_links_as_energons(linked):
@@ -57,10 +54,4 @@ def test_a_folder_linking_back_to_its_ancestor_is_not_entered(linked):
     """A loop anywhere below a scanned folder (a leftover under /tmp) must not stop the scan or list its files
     again and again."""
     os.symlink(linked, linked / "subdir" / "back", target_is_directory=True)
-    assert Storage(str(linked)).list_files("**/*") == [
-        "file.txt",
-        "subdir/file2.txt",
-        "subdir/file3.blob",
-        "symlink/file2.txt",
-        "symlink/file3.blob",
-    ]
+    assert Storage(str(linked)).list_files("**/*") == LISTED
